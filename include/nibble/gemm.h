@@ -1,0 +1,43 @@
+// nibble — integer GEMMs and quantized linear layers.
+//
+//     D[M,N] = A[M,K] · W[N,K]ᵀ (+ bias[N])
+//
+// Every function validates all arguments (shapes, dtypes, strides, devices, null pointers, K
+// limits) before it writes anything, and throws nibble::Error naming the argument. Tensors of
+// one call live on one device; the CPU backend is the normative reference, the CUDA backend
+// runs on `stream` and never synchronizes.
+#pragma once
+
+#include <string>
+
+#include "nibble/formats.h"
+#include "nibble/quantize.h"
+#include "nibble/types.h"
+
+namespace nibble {
+
+/// Integer GEMM with int32 output: D (M, N) s32 = A (M, K) · W (N, K)ᵀ, exact.
+/// Operand pairs: s8×s8, s8×s4 (A int8, W int4) and s4×s4. A and W row-major with K contiguous
+/// (4-bit operands packed along K); K ≤ max_int32_accumulation_k(A, W), else out_of_range.
+void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d,
+              Stream stream = nullptr);
+
+/// Quantized linear with quantized activations (W4A8, W8A8, W4A4, W4A8-FP8):
+///   per-channel weights:  D[m,n] = sa[m] · sw[n] · Σ_k qa[m,k]·qw[n,k]           (+ bias[n])
+///   group-wise weights:   D[m,n] = sa[m] · Σ_g sw[n,g] · Σ_{k∈g} qa[m,k]·qw[n,k]  (+ bias[n])
+///   two-level weights:    D[m,n] = sa[m] · s_ch[n] · Σ_k qa[m,k]·w8[n,k]          (+ bias[n])
+/// Integer activations accumulate exactly in int32 (per channel: K within the int32 limit),
+/// fp8 activations in f32; partial sums are rescaled and summed in f32.
+/// d: (M, N) f32, f16 or bf16; bias: nullptr or (N) f32/f16/bf16.
+void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
+            const TensorView* bias, const TensorView& d, Stream stream = nullptr);
+
+/// Weight-only quantized linear (W4A16, W8A16): D = x · deq(W)ᵀ (+ bias), x (M, K) f32/f16/bf16,
+/// products and sums in f32.
+void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView* bias,
+            const TensorView& d, Stream stream = nullptr);
+
+/// Which implementation would run `linear` for this format, shape and device, and why.
+std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, Device device);
+
+}  // namespace nibble

@@ -1,0 +1,77 @@
+// nibble — quantizing weights and activations into the logical formats of formats.h.
+//
+// Quantized tensors are described by views of caller-owned memory. `weight_storage()` says
+// which buffers a weight format needs, with their shapes and dtypes; `QuantizedWeight` (in
+// tensor.h) allocates them on the host. All quantizers round half to even.
+#pragma once
+
+#include <cstdint>
+
+#include "nibble/formats.h"
+#include "nibble/types.h"
+
+namespace nibble {
+
+/// A quantized weight matrix W[N,K] in a logical format. Unused members stay empty (rank 0).
+struct QuantizedWeightView {
+  WeightFormat format;
+  int64_t n = 0, k = 0;
+  TensorView q;             ///< (N, K) s4/u4/s8 values; 4-bit types packed two per byte
+  TensorView scales;        ///< (N) or (N, K/G) in format.scale_dtype; two-level: s_ch (N)
+  TensorView zeros;         ///< u4_asym: (N, K/G) u8 in [0,15]; u4_fzp: (N, K/G) scale_dtype
+  TensorView group_scales;  ///< s4_two_level only: (N, K/G) u8 in [1,255]; zeros hold g_z
+};
+
+/// Quantized activations A[M,K].
+struct QuantizedActivationView {
+  ActScheme scheme = ActScheme::s8_per_token;
+  TensorView q;       ///< (M, K) s8, s4 or e4m3
+  TensorView scales;  ///< (M) f32 for per-token schemes, (1) f32 for per-tensor
+};
+
+/// Shape and dtype of one buffer of a quantized weight (rank 0 when the format has none).
+struct BufferSpec {
+  DType dtype = DType::f32;
+  int rank = 0;
+  int64_t shape[2] = {0, 0};
+};
+
+/// The buffers a weight format needs for an N×K matrix. Throws if N, K or the group size do
+/// not fit the format (K even for 4-bit values, K divisible by the group size).
+struct WeightStorage {
+  BufferSpec q, scales, zeros, group_scales;
+};
+WeightStorage weight_storage(const WeightFormat& f, int64_t n, int64_t k);
+
+/// Quantizes w (N, K) f32/f16/bf16, row-major, on the CPU, with round-to-nearest of min-max
+/// statistics. Symmetric: s = max|w|/qmax. Asymmetric: the group range is widened to include
+/// 0, s = (max − min)/15. Scales are rounded to their storage dtype before q is computed (and
+/// nudged up by one step if rounding would clip), so |w − deq(q)| ≤ s/2 for every format
+/// except u4_fzp (bound s/2 plus half a step of the stored zero). Two-level: per-channel int8
+/// in the protective range [-119, 119], then per group uint4 with integer scale and zero.
+void quantize_weight(const TensorView& w, const QuantizedWeightView& out);
+
+/// Dequantizes to f32 (N, K) on the CPU: the exact inverse mapping of the format.
+void dequantize_weight(const QuantizedWeightView& w, const TensorView& out);
+
+/// Dynamic per-token quantization of x (M, K) f32/f16/bf16: for each row, amax = max|x|,
+/// s = amax/qmax (qmax 127 for s8, 7 for s4, 448 for e4m3), q = round(x / s) clamped to
+/// [-qmax, qmax] (e4m3: converted with satfinite). A row of zeros gets s = 0 and q = 0.
+/// Runs on the device of x (CPU reference, or CUDA for s8 per-token).
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         Stream stream = nullptr);
+
+/// Static per-tensor int8: q = clamp(round(x / scale), -127, 127); out.scales (1) gets scale.
+void quantize_activation_static(const TensorView& x, float scale,
+                                const QuantizedActivationView& out, Stream stream = nullptr);
+
+/// Dequantizes activations to f32 (M, K) on the CPU.
+void dequantize_activation(const QuantizedActivationView& a, const TensorView& out);
+
+/// Packs integers from an s8/u8 tensor (R, C) into a 4-bit s4/u4 tensor (R, C), element 2i in
+/// the low nibble. Values must be in the 4-bit range (checked). CPU only.
+void pack_int4(const TensorView& unpacked, const TensorView& packed);
+/// The inverse of pack_int4: s4 → s8 (sign-extended), u4 → u8.
+void unpack_int4(const TensorView& packed, const TensorView& unpacked);
+
+}  // namespace nibble

@@ -1,0 +1,193 @@
+// Public quantization entry points: validate, then run the CPU reference or the CUDA backend.
+#include "nibble/quantize.h"
+
+#include <cmath>
+#include <string>
+
+#include "api/validate.h"
+#include "cpu/reference.h"
+#include "nibble/formats.h"
+#include "nibble/numeric.h"
+#if NIBBLE_WITH_CUDA
+#include "cuda/backend.h"
+#endif
+
+namespace nibble {
+
+using detail::ArgCheck;
+
+WeightStorage weight_storage(const WeightFormat& f, int64_t n, int64_t k) {
+  const ArgCheck check("weight_storage");
+  check.condition(f.group_size == 0 || is_valid_group_size(f.group_size), "format.group_size",
+                  "must be 0 (per channel) or 32, 64, 128, 256, got " +
+                      std::to_string(f.group_size));
+  check.condition(f.scale_dtype == DType::f32 || f.scale_dtype == DType::f16 ||
+                      f.scale_dtype == DType::bf16,
+                  "format.scale_dtype",
+                  std::string("must be f32, f16 or bf16, got ") + to_string(f.scale_dtype));
+  check.condition(f.group_size != 0 || (f.scheme != WeightScheme::u4_asym &&
+                                        f.scheme != WeightScheme::u4_fzp &&
+                                        f.scheme != WeightScheme::s4_two_level),
+                  "format", std::string("uses ") + to_string(f.scheme) + ", which needs a group size");
+  check.condition(n > 0, "n", "must be positive, got " + std::to_string(n));
+  check.condition(k > 0, "k", "must be positive, got " + std::to_string(k));
+  const DType value = weight_value_dtype(f.scheme);
+  check.condition(dtype_bits(value) != 4 || k % 2 == 0, "k",
+                  "must be even for 4-bit weights, got " + std::to_string(k));
+  check.condition(f.group_size == 0 || k % f.group_size == 0, "k",
+                  "must be a multiple of the group size " + std::to_string(f.group_size) +
+                      ", got " + std::to_string(k));
+  WeightStorage st;
+  st.q = {value, 2, {n, k}};
+  const int64_t groups = f.group_size == 0 ? 0 : k / f.group_size;
+  if (f.scheme == WeightScheme::s4_two_level) {
+    st.scales = {f.scale_dtype, 1, {n, 0}};
+    st.group_scales = {DType::u8, 2, {n, groups}};
+    st.zeros = {DType::u8, 2, {n, groups}};
+  } else if (f.group_size == 0) {
+    st.scales = {f.scale_dtype, 1, {n, 0}};
+  } else {
+    st.scales = {f.scale_dtype, 2, {n, groups}};
+    if (f.scheme == WeightScheme::u4_asym) st.zeros = {DType::u8, 2, {n, groups}};
+    if (f.scheme == WeightScheme::u4_fzp) st.zeros = {f.scale_dtype, 2, {n, groups}};
+  }
+  return st;
+}
+
+namespace {
+
+void check_float_matrix(const ArgCheck& check, const TensorView& t, const char* arg) {
+  check.tensor(t, arg, 2);
+  check.dtype(t, arg, {DType::f32, DType::f16, DType::bf16});
+  check.rows_packed(t, arg);
+}
+
+void check_cpu(const ArgCheck& check, const TensorView& t, const char* arg) {
+  check.condition(t.device.type == DeviceType::cpu, arg,
+                  "must be on the CPU (this operation has no CUDA implementation yet), got " +
+                      to_string(t.device),
+                  ErrorCode::unsupported);
+}
+
+// Output activations: q (M, K) of the scheme's dtype, scales (M) or (1) f32, on x's device.
+void check_activation_out(const ArgCheck& check, const TensorView& x,
+                          const QuantizedActivationView& out) {
+  check.condition(out.scheme != ActScheme::none, "out.scheme",
+                  "must be a quantized activation scheme, got none");
+  check.tensor(out.q, "out.q", 2);
+  check.dtype(out.q, "out.q", {act_value_dtype(out.scheme)});
+  check.shape(out.q, "out.q", {x.size(0), x.size(1)});
+  check.rows_packed(out.q, "out.q");
+  check.device(out.q, "out.q", x.device);
+  check.tensor(out.scales, "out.scales", 1);
+  check.dtype(out.scales, "out.scales", {DType::f32});
+  check.shape(out.scales, "out.scales",
+              {out.scheme == ActScheme::s8_per_tensor ? 1 : x.size(0)});
+  check.device(out.scales, "out.scales", x.device);
+}
+
+}  // namespace
+
+void quantize_weight(const TensorView& w, const QuantizedWeightView& out) {
+  const ArgCheck check("quantize_weight");
+  check_float_matrix(check, w, "w");
+  check_cpu(check, w, "w");
+  check.shape(w, "w", {out.n, out.k});
+  detail::check_weight(check, out, w.device);
+  cpu::quantize_weight(w, out);
+}
+
+void dequantize_weight(const QuantizedWeightView& w, const TensorView& out) {
+  const ArgCheck check("dequantize_weight");
+  check.tensor(out, "out", 2);
+  check.dtype(out, "out", {DType::f32});
+  check_cpu(check, out, "out");
+  check.shape(out, "out", {w.n, w.k});
+  check.rows_packed(out, "out");
+  detail::check_weight(check, w, out.device);
+  cpu::dequantize_weight(w, out);
+}
+
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         Stream stream) {
+  const ArgCheck check("quantize_activation");
+  check_float_matrix(check, x, "x");
+  check_activation_out(check, x, out);
+  check.condition(out.scheme != ActScheme::s8_per_tensor, "out.scheme",
+                  "is s8_per_tensor, a static scheme: use quantize_activation_static");
+  detail::check_backend(check, x.device);
+  if (x.device.type == DeviceType::cpu) return cpu::quantize_activation(x, out);
+#if NIBBLE_WITH_CUDA
+  cuda::quantize_activation(x, out, stream);
+#else
+  (void)stream;
+#endif
+}
+
+void quantize_activation_static(const TensorView& x, float scale,
+                                const QuantizedActivationView& out, Stream stream) {
+  const ArgCheck check("quantize_activation_static");
+  check_float_matrix(check, x, "x");
+  check.condition(std::isfinite(scale) && scale > 0.0f, "scale",
+                  "must be a positive finite calibrated scale, got " + std::to_string(scale));
+  check_activation_out(check, x, out);
+  check.condition(out.scheme == ActScheme::s8_per_tensor, "out.scheme",
+                  std::string("must be s8_per_tensor, got ") + to_string(out.scheme));
+  detail::check_backend(check, x.device);
+  if (x.device.type == DeviceType::cpu) return cpu::quantize_activation_static(x, scale, out);
+#if NIBBLE_WITH_CUDA
+  cuda::quantize_activation_static(x, scale, out, stream);
+#else
+  (void)stream;
+#endif
+}
+
+void dequantize_activation(const QuantizedActivationView& a, const TensorView& out) {
+  const ArgCheck check("dequantize_activation");
+  check.tensor(out, "out", 2);
+  check.dtype(out, "out", {DType::f32});
+  check_cpu(check, out, "out");
+  const int64_t m = detail::check_activation(check, a, out.device);
+  check.shape(out, "out", {m, a.q.size(1)});
+  check.rows_packed(out, "out");
+  cpu::dequantize_activation(a, out);
+}
+
+void pack_int4(const TensorView& unpacked, const TensorView& packed) {
+  const ArgCheck check("pack_int4");
+  check.tensor(unpacked, "unpacked", 2);
+  check.dtype(unpacked, "unpacked", {DType::s8, DType::u8});
+  check.rows_packed(unpacked, "unpacked");
+  check_cpu(check, unpacked, "unpacked");
+  check.tensor(packed, "packed", 2);
+  check.dtype(packed, "packed", {unpacked.dtype == DType::s8 ? DType::s4 : DType::u4});
+  check.shape(packed, "packed", {unpacked.size(0), unpacked.size(1)});
+  check.rows_packed(packed, "packed");
+  check_cpu(check, packed, "packed");
+  const int lo = unpacked.dtype == DType::s8 ? -8 : 0, hi = lo + 15;
+  for (int64_t r = 0; r < unpacked.size(0); ++r)
+    for (int64_t c = 0; c < unpacked.size(1); ++c) {
+      const int v = load_int(unpacked.data, unpacked.dtype, r * unpacked.stride(0) + c);
+      check.condition(v >= lo && v <= hi, "unpacked",
+                      "must hold values in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "], got " + std::to_string(v) + " at (" + std::to_string(r) + ", " +
+                          std::to_string(c) + ")");
+    }
+  cpu::pack_int4(unpacked, packed);
+}
+
+void unpack_int4(const TensorView& packed, const TensorView& unpacked) {
+  const ArgCheck check("unpack_int4");
+  check.tensor(packed, "packed", 2);
+  check.dtype(packed, "packed", {DType::s4, DType::u4});
+  check.rows_packed(packed, "packed");
+  check_cpu(check, packed, "packed");
+  check.tensor(unpacked, "unpacked", 2);
+  check.dtype(unpacked, "unpacked", {packed.dtype == DType::s4 ? DType::s8 : DType::u8});
+  check.shape(unpacked, "unpacked", {packed.size(0), packed.size(1)});
+  check.rows_packed(unpacked, "unpacked");
+  check_cpu(check, unpacked, "unpacked");
+  cpu::unpack_int4(packed, unpacked);
+}
+
+}  // namespace nibble

@@ -1,0 +1,221 @@
+// Reference quantizers and dequantizers: the normative definition of each format
+// (docs/formats.md). Round half to even everywhere; scales are rounded to their storage dtype
+// before the integers are computed, so dequantization uses exactly the stored numbers.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "cpu/reference.h"
+#include "cpu/view_access.h"
+#include "nibble/formats.h"
+#include "nibble/numeric.h"
+
+namespace nibble::cpu {
+
+namespace {
+
+// The next representable value above x >= 0 in dtype t (f32, f16 or bf16).
+float next_up(float x, DType t) {
+  switch (t) {
+    case DType::f16: return f16_bits_to_f32(static_cast<uint16_t>(f32_to_f16_bits(x) + 1));
+    case DType::bf16: return bf16_bits_to_f32(static_cast<uint16_t>(f32_to_bf16_bits(x) + 1));
+    default: return std::nextafter(x, std::numeric_limits<float>::infinity());
+  }
+}
+
+// Rounds the scale `range / span` to dtype t, then nudges it up until `span` steps cover
+// `range`: rounding a scale down would push the extreme values past the integer range.
+float stored_scale(float range, float span, DType t, int64_t row) {
+  float s = round_to_dtype(range / span, t);
+  while (s * span < range) s = next_up(s, t);
+  if (!std::isfinite(s))
+    detail::fail(ErrorCode::out_of_range,
+                 "nibble::quantize_weight: argument 'w' row " + std::to_string(row) +
+                     " has a range too large for " + to_string(t) + " scales");
+  return s;
+}
+
+int quantize_int(float x, float scale, int lo, int hi) {
+  if (scale == 0.0f) return 0;
+  const float q = round_half_even(x / scale);
+  return static_cast<int>(std::clamp(q, static_cast<float>(lo), static_cast<float>(hi)));
+}
+
+}  // namespace
+
+void quantize_weight(const TensorView& w, const QuantizedWeightView& out) {
+  const WeightFormat& f = out.format;
+  const int64_t n_rows = out.n, k_cols = out.k;
+  const int64_t g = f.per_channel() ? k_cols : f.group_size;
+  const int64_t groups = k_cols / g;
+  std::vector<float> row(static_cast<size_t>(k_cols));
+  for (int64_t n = 0; n < n_rows; ++n) {
+    for (int64_t k = 0; k < k_cols; ++k) {
+      row[static_cast<size_t>(k)] = get_float(w, n, k);
+      if (!std::isfinite(row[static_cast<size_t>(k)]))
+        detail::fail(ErrorCode::invalid_argument,
+                     "nibble::quantize_weight: argument 'w' must be finite, got a NaN or "
+                     "infinity at (" + std::to_string(n) + ", " + std::to_string(k) + ")");
+    }
+    if (f.scheme == WeightScheme::s4_two_level) {
+      // Level 1: per-channel int8 in the protective range [-119, 119], so that level 2's
+      // rounding (at most 8 = 16/2 steps) keeps every reconstructed w8 within int8.
+      float amax = 0.0f;
+      for (float v : row) amax = std::max(amax, std::fabs(v));
+      const float s_ch = stored_scale(amax, 119.0f, f.scale_dtype, n);
+      set_float(out.scales, n, 0, s_ch);
+      std::vector<int> w8(static_cast<size_t>(k_cols));
+      for (int64_t k = 0; k < k_cols; ++k)
+        w8[static_cast<size_t>(k)] = quantize_int(row[static_cast<size_t>(k)], s_ch, -119, 119);
+      // Level 2: per group, uint4 with integer scale gs ∈ [1, 16] and zero gz ∈ [0, 15].
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        int lo = 0, hi = 0;
+        for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
+          lo = std::min(lo, w8[static_cast<size_t>(k)]);
+          hi = std::max(hi, w8[static_cast<size_t>(k)]);
+        }
+        const int gs = std::max(1, (hi - lo + 14) / 15);  // ceil((hi - lo) / 15)
+        const int gz = std::clamp(static_cast<int>(round_half_even(static_cast<float>(-lo) /
+                                                                    static_cast<float>(gs))),
+                                  0, 15);
+        set_int(out.group_scales, n, gi, gs);
+        set_int(out.zeros, n, gi, gz);
+        for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
+          const float r = round_half_even(static_cast<float>(w8[static_cast<size_t>(k)]) /
+                                          static_cast<float>(gs));
+          set_int(out.q, n, k, std::clamp(static_cast<int>(r) + gz, 0, 15));
+        }
+      }
+      continue;
+    }
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const int64_t k0 = gi * g, k1 = k0 + g;
+      float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = row[static_cast<size_t>(k)];
+        amax = std::max(amax, std::fabs(v));
+        if (k == k0 && f.scheme == WeightScheme::u4_fzp) lo = hi = v;
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      const int64_t sc = f.per_channel() ? 0 : gi;  // column of this group's scale
+      switch (f.scheme) {
+        case WeightScheme::s4_sym:
+        case WeightScheme::s8_sym: {
+          const int qmax = weight_qmax(f.scheme);
+          const float s = stored_scale(amax, static_cast<float>(qmax), f.scale_dtype, n);
+          set_float(out.scales, n, sc, s);
+          for (int64_t k = k0; k < k1; ++k)
+            set_int(out.q, n, k,
+                    quantize_int(row[static_cast<size_t>(k)], s, weight_qmin(f.scheme), qmax));
+          break;
+        }
+        case WeightScheme::u4_asym: {
+          // The range includes 0 so that the integer zero point z = round(-lo/s) is in [0, 15].
+          const float s = stored_scale(hi - lo, 15.0f, f.scale_dtype, n);
+          const int z =
+              s == 0.0f ? 0 : std::clamp(static_cast<int>(round_half_even(-lo / s)), 0, 15);
+          set_float(out.scales, n, sc, s);
+          set_int(out.zeros, n, sc, z);
+          for (int64_t k = k0; k < k1; ++k) {
+            const int q = quantize_int(row[static_cast<size_t>(k)], s, -1000, 1000) + z;
+            set_int(out.q, n, k, std::clamp(q, 0, 15));
+          }
+          break;
+        }
+        case WeightScheme::u4_fzp: {
+          // tinygemm / torchao FLOAT zero-point domain: zero is the real value at q = 8.
+          const float s = stored_scale(hi - lo, 15.0f, f.scale_dtype, n);
+          const float zero = round_to_dtype(lo + 8.0f * s, f.scale_dtype);
+          set_float(out.scales, n, sc, s);
+          set_float(out.zeros, n, sc, zero);
+          for (int64_t k = k0; k < k1; ++k) {
+            const int q = s == 0.0f ? 8 : quantize_int(row[static_cast<size_t>(k)] - zero, s,
+                                                       -1000, 1000) + 8;
+            set_int(out.q, n, k, std::clamp(q, 0, 15));
+          }
+          break;
+        }
+        case WeightScheme::s4_two_level: break;  // handled above
+      }
+    }
+  }
+}
+
+float dequantize_weight_element(const QuantizedWeightView& w, int64_t n, int64_t k) {
+  const WeightFormat& f = w.format;
+  const int64_t gi = f.per_channel() ? 0 : k / f.group_size;
+  const int32_t q = get_int(w.q, n, k);
+  switch (f.scheme) {
+    case WeightScheme::s4_sym:
+    case WeightScheme::s8_sym: return get_float(w.scales, n, gi) * static_cast<float>(q);
+    case WeightScheme::u4_asym:
+      return get_float(w.scales, n, gi) * static_cast<float>(q - get_int(w.zeros, n, gi));
+    case WeightScheme::u4_fzp:
+      return get_float(w.scales, n, gi) * static_cast<float>(q - 8) + get_float(w.zeros, n, gi);
+    case WeightScheme::s4_two_level:
+      return get_float(w.scales, n, 0) * static_cast<float>(two_level_w8(w, n, k));
+  }
+  return 0.0f;
+}
+
+void dequantize_weight(const QuantizedWeightView& w, const TensorView& out) {
+  for (int64_t n = 0; n < w.n; ++n)
+    for (int64_t k = 0; k < w.k; ++k) set_float(out, n, k, dequantize_weight_element(w, n, k));
+}
+
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out) {
+  const int64_t m_rows = x.size(0), k_cols = x.size(1);
+  const float qmax = out.scheme == ActScheme::s4_per_token     ? 7.0f
+                     : out.scheme == ActScheme::e4m3_per_token ? 448.0f
+                                                               : 127.0f;
+  for (int64_t m = 0; m < m_rows; ++m) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < k_cols; ++k) amax = std::max(amax, std::fabs(get_float(x, m, k)));
+    const float s = amax / qmax;
+    set_float(out.scales, m, 0, s);
+    for (int64_t k = 0; k < k_cols; ++k) {
+      const float v = get_float(x, m, k);
+      if (out.scheme == ActScheme::e4m3_per_token)
+        set_float(out.q, m, k, s == 0.0f ? 0.0f : v / s);  // satfinite rounding in store
+      else
+        set_int(out.q, m, k, quantize_int(v, s, -static_cast<int>(qmax), static_cast<int>(qmax)));
+    }
+  }
+}
+
+void quantize_activation_static(const TensorView& x, float scale,
+                                const QuantizedActivationView& out) {
+  set_float(out.scales, 0, 0, scale);
+  for (int64_t m = 0; m < x.size(0); ++m)
+    for (int64_t k = 0; k < x.size(1); ++k)
+      set_int(out.q, m, k, quantize_int(get_float(x, m, k), scale, -127, 127));
+}
+
+void dequantize_activation(const QuantizedActivationView& a, const TensorView& out) {
+  const bool per_tensor = a.scheme == ActScheme::s8_per_tensor;
+  for (int64_t m = 0; m < a.q.size(0); ++m) {
+    const float s = get_float(a.scales, per_tensor ? 0 : m, 0);
+    for (int64_t k = 0; k < a.q.size(1); ++k) {
+      const float q = a.scheme == ActScheme::e4m3_per_token
+                          ? get_float(a.q, m, k)
+                          : static_cast<float>(get_int(a.q, m, k));
+      set_float(out, m, k, s * q);
+    }
+  }
+}
+
+void pack_int4(const TensorView& unpacked, const TensorView& packed) {
+  for (int64_t r = 0; r < unpacked.size(0); ++r)
+    for (int64_t c = 0; c < unpacked.size(1); ++c) set_int(packed, r, c, get_int(unpacked, r, c));
+}
+
+void unpack_int4(const TensorView& packed, const TensorView& unpacked) {
+  for (int64_t r = 0; r < packed.size(0); ++r)
+    for (int64_t c = 0; c < packed.size(1); ++c) set_int(unpacked, r, c, get_int(packed, r, c));
+}
+
+}  // namespace nibble::cpu

@@ -1,0 +1,24 @@
+// The CUDA backend as the API layer sees it: host functions, no CUDA headers. Arguments are
+// validated by src/api/ before these are called; these select a kernel (src/cuda/dispatch/),
+// check kernel-specific preconditions, launch on `stream` and check the launch.
+#pragma once
+
+#include <string>
+
+#include "nibble/formats.h"
+#include "nibble/quantize.h"
+#include "nibble/types.h"
+
+namespace nibble::cuda {
+
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out, Stream stream);
+void quantize_activation_static(const TensorView& x, float scale,
+                                const QuantizedActivationView& out, Stream stream);
+void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Stream stream);
+void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
+            const TensorView* bias, const TensorView& d, Stream stream);
+void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView* bias,
+            const TensorView& d, Stream stream);
+std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,145 @@
+// nibble — command-line entry point: `nibble info`, `nibble formats`, `nibble demo`.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "cli.h"
+#include "nibble/nibble.h"
+
+namespace nibble::cli {
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  auto it = options.find(name);
+  return it == options.end() ? fallback : it->second;
+}
+
+long long Args::get_int(const std::string& name, long long fallback) const {
+  auto it = options.find(name);
+  if (it == options.end()) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || *end != '\0')
+    throw Error(ErrorCode::invalid_argument,
+                "nibble: option --" + name + " needs an integer, got '" + it->second + "'");
+  return v;
+}
+
+Args parse_args(int argc, char** argv, int first, const std::vector<std::string>& known) {
+  Args args;
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0)
+      throw Error(ErrorCode::invalid_argument, "nibble: unexpected argument '" + a + "'");
+    std::string name = a.substr(2), value = "1";
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+      value = argv[++i];
+    }
+    bool ok = false;
+    for (const auto& k : known) ok = ok || k == name;
+    if (!ok) {
+      std::string list;
+      for (const auto& k : known) list += " --" + k;
+      throw Error(ErrorCode::invalid_argument,
+                  "nibble: unknown option --" + name + " (known:" + list + ")");
+    }
+    args.options[name] = value;
+  }
+  return args;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t pos = s.find(',', start);
+    if (pos == std::string::npos) pos = s.size();
+    if (pos > start) out.push_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+  return out;
+}
+
+namespace {
+
+int run_info() {
+  const BuildInfo b = build_info();
+  std::printf("nibble %s (%s build, %s)\n", b.version.c_str(), b.build_type.c_str(),
+              b.compiler.c_str());
+  if (!b.cuda) {
+    std::printf("CUDA backend: not built (CPU reference backend only)\n");
+    return 0;
+  }
+  std::printf("CUDA backend: built for %s, runtime %s\n", b.cuda_archs.c_str(),
+              b.cuda_runtime.c_str());
+  const int count = cuda_device_count();
+  if (count == 0) {
+    std::printf("GPU: none found (%s)\n", cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  for (int i = 0; i < count; ++i) {
+    const DeviceInfo d = cuda_device_info(i);
+    std::printf("GPU %d: %s, sm_%d%d, %d SMs, L2 %lld MiB, %lld GiB, %d-bit bus\n", i,
+                d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count,
+                static_cast<long long>(d.l2_bytes >> 20),
+                static_cast<long long>(d.global_mem_bytes >> 30), d.mem_bus_bits);
+  }
+  return 0;
+}
+
+int run_formats() {
+  const char* names[] = {"w4a8_pc",    "w4a8_g128",       "w4a8_g128_2level", "w4afp8_pc",
+                         "w4afp8_g128", "w8a8",           "w8a8_static",      "w4a16_pc",
+                         "w4a16_g128", "w4a16_g128_asym", "w4a16_g128_fzp",   "w8a16",
+                         "w4a4_pc",    "w4a4_g128"};
+  std::printf("%-18s %-14s %-15s %-6s %s\n", "format", "weights", "activations", "scale",
+              "bits/weight (K=4096)");
+  for (const char* n : names) {
+    const LinearFormat f = parse_linear_format(n);
+    std::printf("%-18s %-14s %-15s %-6s %.3f\n", to_string(f).c_str(), to_string(f.weight.scheme),
+                to_string(f.act), to_string(f.weight.scale_dtype),
+                effective_bits_per_weight(f.weight, 4096));
+  }
+  return 0;
+}
+
+void usage() {
+  std::printf(
+      "usage: nibble <command> [options]\n"
+      "  info                 build, compiled CUDA archs, GPUs found\n"
+      "  formats              the format catalogue with effective bits per weight\n"
+      "  demo [--device cpu|cuda] [--m 16] [--n 4096] [--k 4096] [--formats a,b,...]\n"
+      "       [--seed S] [--reps R]\n"
+      "                       quantize random Llama-shaped weights, run each format, print\n"
+      "                       its error against the float product and its time\n");
+}
+
+}  // namespace
+}  // namespace nibble::cli
+
+int main(int argc, char** argv) {
+  using namespace nibble::cli;
+  if (argc < 2) {
+    usage();
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "info") return run_info();
+    if (cmd == "formats") return run_formats();
+    if (cmd == "demo")
+      return run_demo(parse_args(argc, argv, 2, {"device", "m", "n", "k", "formats", "seed", "reps"}));
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      usage();
+      return 0;
+    }
+    std::fprintf(stderr, "nibble: unknown command '%s'\n", cmd.c_str());
+    usage();
+    return 2;
+  } catch (const nibble::Error& e) {
+    std::fprintf(stderr, "error (%s): %s\n", nibble::to_string(e.code()), e.what());
+    return 1;
+  }
+}
