@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: configure with its nvcc, build, run every test (GPU tests
+# included), run the demo and the benchmarks, and write logs and JSON to $OUT (or build/gpu-check).
+#   usage: scripts/gpu-check.sh [--tests-only] [--bench-only] [-- extra bench args]
+# Files written (at most 8, flat, so the device tool can return them all):
+#   build.log  test.log  demo.log  bench.log  bench.json  summary.json  sass.txt
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-$PWD/build/gpu-check}"
+mkdir -p "$out"
+run_tests=1 run_bench=1
+for a in "$@"; do
+  case "$a" in
+    --tests-only) run_bench=0 ;;
+    --bench-only) run_tests=0 ;;
+  esac
+done
+preset=cuda
+status=0
+
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv
+  nvcc --version | tail -2; cmake --version | head -1; } > "$out/build.log" 2>&1
+t0=$(date +%s)
+cmake --preset "$preset" -DNIBBLE_WERROR=ON >> "$out/build.log" 2>&1 &&
+  cmake --build --preset "$preset" -j "$(nproc)" >> "$out/build.log" 2>&1
+build_rc=$?
+build_s=$(( $(date +%s) - t0 ))
+echo "build: rc=$build_rc in ${build_s}s" | tee -a "$out/build.log"
+if [ $build_rc -ne 0 ]; then tail -40 "$out/build.log"; exit 1; fi
+bin="build/$preset"
+
+# SASS facts for the kernel issues: which MMA instructions each kernel uses, and spills.
+cuobjdump --dump-sass "$bin/libnibble.a" 2>/dev/null |
+  grep -oE "Function : [A-Za-z0-9_]+|IMMA[.A-Z0-9]*|HMMA[.A-Z0-9]*|[HIQ]GMMA[.A-Z0-9]*|LDL|STL" |
+  sort | uniq -c | sort -rn > "$out/sass.txt" 2>&1
+
+test_rc=0
+if [ $run_tests -eq 1 ]; then
+  "$bin/nibble" info | tee "$out/test.log"
+  ctest --test-dir "$bin" -j 4 --output-on-failure >> "$out/test.log" 2>&1
+  test_rc=$?
+  grep -E "tests passed|tests failed|Skipped|Failed" "$out/test.log" | tail -15
+  "$bin/nibble" demo > "$out/demo.log" 2>&1 || status=1
+  cat "$out/demo.log"
+fi
+[ $test_rc -eq 0 ] || status=1
+
+bench_rc=0
+if [ $run_bench -eq 1 ] && [ -x "$bin/nibble_bench" ]; then
+  "$bin/nibble_bench" --json "$out/bench.json" > "$out/bench.log" 2>&1
+  bench_rc=$?
+  tail -60 "$out/bench.log"
+  [ $bench_rc -eq 0 ] || status=1
+fi
+
+passed=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$out/test.log" | tail -1)
+skipped=$(grep -c "(Skipped)" "$out/test.log" || true)
+cat > "$out/summary.json" <<JSON
+{"commit": "$(git rev-parse HEAD 2>/dev/null || echo unknown)", "date": "$(date -u +%FT%TZ)",
+ "device": "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)",
+ "build_seconds": $build_s, "ctest": "$passed", "skipped": $skipped,
+ "test_rc": $test_rc, "bench_rc": $bench_rc}
+JSON
+cat "$out/summary.json"
+exit $status

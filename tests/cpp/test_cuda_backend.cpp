@@ -1,0 +1,243 @@
+// GPU tests of the CUDA backend against the CPU reference. Each test skips, saying why, when no
+// CUDA device is usable (CPU-only build, no driver, no GPU); on the device machine they run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nibble/nibble.h"
+
+namespace nibble {
+namespace {
+
+#define NIBBLE_REQUIRE_GPU()                                                          \
+  do {                                                                                \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason(); \
+  } while (0)
+
+// Relative Frobenius error bound for float outputs computed from the same quantized operands:
+// differences come only from f32 summation order and the final rounding to the output dtype.
+constexpr double kRelTolF32Out = 1e-5;
+constexpr double kRelTolHalfOut = 8e-3;  // bf16 rounding of each output element dominates
+
+uint32_t fresh_seed() { return std::random_device{}(); }
+
+Tensor random_float(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng, float scale = 1.0f) {
+  Tensor t = Tensor::empty(dtype, {rows, cols});
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::uniform_int_distribution<int64_t> pick(0, cols - 1);
+  const int64_t outlier = pick(rng);  // one outlier channel, as in LLM activations
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      store_float(t.data(), dtype, r * cols + c, normal(rng) * (c == outlier ? 30.0f : 1.0f));
+  return t;
+}
+
+Tensor random_int(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Tensor t = Tensor::empty(dtype, {rows, cols});
+  const int lo = dtype == DType::s8 ? -128 : -8, hi = dtype == DType::s8 ? 127 : 7;
+  std::uniform_int_distribution<int> dist(lo, hi);
+  for (int64_t i = 0; i < rows * cols; ++i) store_int(t.data(), dtype, i, dist(rng));
+  return t;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ha = a.to(Device::cpu()), hb = b.to(Device::cpu());
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;
+}
+
+double rel_error(const Tensor& got, const Tensor& ref) {
+  const Tensor g = got.to(Device::cpu());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.view().numel(); ++i) {
+    const double x = load_float(g.data(), g.view().dtype, i);
+    const double y = load_float(ref.data(), ref.view().dtype, i);
+    if (!std::isfinite(x)) return INFINITY;  // also catches unwritten (poisoned) elements
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+TEST(CudaDevice, PropertiesAreReadFromTheDevice) {
+  NIBBLE_REQUIRE_GPU();
+  const DeviceInfo d = cuda_device_info(0);
+  EXPECT_GT(d.sm_count, 0);
+  EXPECT_GT(d.l2_bytes, 0);
+  EXPECT_GE(d.cc_major, 8) << "nibble targets sm_80 and newer";
+  std::printf("device: %s sm_%d%d, %d SMs, L2 %lld MiB\n", d.name.c_str(), d.cc_major, d.cc_minor,
+              d.sm_count, static_cast<long long>(d.l2_bytes >> 20));
+}
+
+TEST(CudaQuantize, PerTokenIsBitExactWithReference) {
+  NIBBLE_REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (ActScheme scheme : {ActScheme::s8_per_token, ActScheme::s4_per_token, ActScheme::e4m3_per_token})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+      for (int64_t m : {1, 3, 17, 100})
+        for (int64_t k : {32, 130, 4096}) {
+          SCOPED_TRACE(std::string(to_string(scheme)) + " " + to_string(dtype) + " M=" +
+                       std::to_string(m) + " K=" + std::to_string(k));
+          Tensor x = random_float(dtype, m, k, rng);
+          if (m > 1) std::memset(x.data(), 0, dtype_storage_bytes(dtype, k));  // a zero row
+          QuantizedActivation ref(scheme, m, k);
+          quantize_activation(x.view(), ref.view());
+          QuantizedActivation got(scheme, m, k, Device::cuda());
+          got.q.fill_bytes(0xA5);
+          got.scales.fill_bytes(0xA5);
+          const Tensor xd = x.to(Device::cuda());
+          quantize_activation(xd.view(), got.view());
+          synchronize(Device::cuda());
+          EXPECT_TRUE(same_bytes(got.q, ref.q));
+          EXPECT_TRUE(same_bytes(got.scales, ref.scales));
+        }
+}
+
+TEST(CudaQuantize, StaticPerTensorIsBitExactWithReference) {
+  NIBBLE_REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  Tensor x = random_float(DType::bf16, 37, 1000, rng);
+  QuantizedActivation ref(ActScheme::s8_per_tensor, 37, 1000);
+  quantize_activation_static(x.view(), 0.09f, ref.view());
+  QuantizedActivation got(ActScheme::s8_per_tensor, 37, 1000, Device::cuda());
+  got.q.fill_bytes(0x5A);
+  const Tensor xd = x.to(Device::cuda());
+  quantize_activation_static(xd.view(), 0.09f, got.view());
+  synchronize(Device::cuda());
+  EXPECT_TRUE(same_bytes(got.q, ref.q));
+  EXPECT_TRUE(same_bytes(got.scales, ref.scales));
+}
+
+TEST(CudaGemm, S32IsBitExactWithReferenceOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::pair<DType, DType> pairs[] = {{DType::s8, DType::s8}, {DType::s8, DType::s4}, {DType::s4, DType::s4}};
+  for (auto [adt, wdt] : pairs)
+    for (int64_t m : {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255})
+      for (int64_t n : {8, 72, 264})
+        for (int64_t k : {64, 320}) {
+          SCOPED_TRACE(std::string(to_string(adt)) + "x" + to_string(wdt) + " M=" + std::to_string(m) +
+                       " N=" + std::to_string(n) + " K=" + std::to_string(k));
+          const Tensor a = random_int(adt, m, k, rng), w = random_int(wdt, n, k, rng);
+          Tensor ref = Tensor::empty(DType::s32, {m, n});
+          gemm_s32(a.view(), w.view(), ref.view());
+          Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
+          got.fill_bytes(0xCD);  // poison: every element must be written
+          const Tensor ad = a.to(Device::cuda()), wd = w.to(Device::cuda());
+          gemm_s32(ad.view(), wd.view(), got.view());
+          synchronize(Device::cuda());
+          ASSERT_TRUE(same_bytes(got, ref));
+        }
+}
+
+TEST(CudaGemm, S32ExtremeValuesAtLargeK) {
+  NIBBLE_REQUIRE_GPU();
+  // Every product at its largest magnitude: the sum sits right at the int32 bound for K.
+  const int64_t m = 3, n = 5, k = 1 << 16;
+  Tensor a = Tensor::empty(DType::s8, {m, k}), w = Tensor::empty(DType::s4, {n, k});
+  a.fill_bytes(0x80);  // -128
+  w.fill_bytes(0x88);  // -8, -8
+  Tensor ref = Tensor::empty(DType::s32, {m, n});
+  gemm_s32(a.view(), w.view(), ref.view());
+  EXPECT_EQ(ref.view().ptr<int32_t>()[0], 1024 * k);
+  Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
+  got.fill_bytes(0xCD);
+  const Tensor ad = a.to(Device::cuda()), wd = w.to(Device::cuda());
+  gemm_s32(ad.view(), wd.view(), got.view());
+  synchronize(Device::cuda());
+  EXPECT_TRUE(same_bytes(got, ref));
+}
+
+// Every format of the catalogue: the GPU linear against the CPU reference on the same
+// quantized operands.
+class CudaLinearFormat : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaLinearFormat, MatchesReference) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format(GetParam());
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int64_t m : {1, 3, 17, 64})
+    for (DType out : {DType::f32, DType::bf16}) {
+      const int64_t n = 136, k = 512;
+      SCOPED_TRACE("M=" + std::to_string(m) + " out " + to_string(out));
+      const Tensor w = random_float(DType::f32, n, k, rng, 0.02f);
+      QuantizedWeight qw(f.weight, n, k);
+      quantize_weight(w.view(), qw.view());
+      const Tensor x = random_float(DType::bf16, m, k, rng);
+      const Tensor bias = random_float(DType::f32, 1, n, rng);
+      TensorView bias_view = bias.view();
+      bias_view.rank = 1;
+      bias_view.shape[0] = n;
+      bias_view.strides[0] = 1;
+      Tensor ref = Tensor::empty(out, {m, n});
+      Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
+      got.fill_bytes(0xFF);  // NaN in every float dtype: unwritten elements fail the check
+      const QuantizedWeight qwd = qw.to(Device::cuda());
+      const Tensor bias_d = bias.to(Device::cuda());
+      TensorView bias_dv = bias_d.view();
+      bias_dv.rank = 1;
+      bias_dv.shape[0] = n;
+      bias_dv.strides[0] = 1;
+      if (f.act == ActScheme::none) {
+        linear(x.view(), qw.view(), &bias_view, ref.view());
+        const Tensor xd = x.to(Device::cuda());
+        linear(xd.view(), qwd.view(), &bias_dv, got.view());
+      } else {
+        QuantizedActivation qa(f.act, m, k);
+        if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.5f, qa.view());
+        else quantize_activation(x.view(), qa.view());
+        linear(qa.view(), qw.view(), &bias_view, ref.view());
+        const QuantizedActivation qad = qa.to(Device::cuda());
+        linear(qad.view(), qwd.view(), &bias_dv, got.view());
+      }
+      synchronize(Device::cuda());
+      EXPECT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, CudaLinearFormat,
+                         ::testing::Values("w4a8_pc", "w4a8_g128", "w4a8_g32", "w4a8_g128_2level",
+                                           "w4a8_pc_static", "w4afp8_pc", "w4afp8_g128", "w8a8",
+                                           "w8a8_static", "w4a16_pc", "w4a16_g128", "w4a16_g64_asym",
+                                           "w4a16_g128_fzp", "w4a16_g128_sf16", "w8a16", "w4a4_pc",
+                                           "w4a4_g128"),
+                         [](const auto& p) { return std::string(p.param); });
+
+TEST(CudaValidation, MixedDevicesAreRejectedBeforeAnyWrite) {
+  NIBBLE_REQUIRE_GPU();
+  const Tensor a = Tensor::empty(DType::s8, {4, 64}).to(Device::cuda());
+  Tensor w = Tensor::empty(DType::s8, {8, 64});
+  w.fill_bytes(1);
+  Tensor d = Tensor::empty(DType::s32, {4, 8}, Device::cuda());
+  d.fill_bytes(0x77);
+  try {
+    gemm_s32(a.view(), w.view(), d.view());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+  }
+  const Tensor h = d.to(Device::cpu());
+  for (int64_t i = 0; i < h.nbytes(); ++i) ASSERT_EQ(static_cast<const uint8_t*>(h.data())[i], 0x77);
+}
+
+TEST(CudaDispatch, ExplainNamesTheKernel) {
+  NIBBLE_REQUIRE_GPU();
+  const std::string s = explain(parse_linear_format("w4a8_g128"), 16, 4096, 4096, Device::cuda());
+  EXPECT_NE(s.find("runs "), std::string::npos) << s;
+  std::printf("%s\n", s.c_str());
+}
+
+}  // namespace
+}  // namespace nibble
