@@ -56,7 +56,7 @@ fi
 passed=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$out/test.log" | tail -1)
 skipped=$(grep -c "(Skipped)" "$out/test.log" || true)
 cat > "$out/summary.json" <<JSON
-{"commit": "$(git rev-parse HEAD 2>/dev/null || echo unknown)", "date": "$(date -u +%FT%TZ)",
+{"commit": "${NIBBLE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}", "date": "$(date -u +%FT%TZ)",
  "device": "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)",
  "build_seconds": $build_s, "ctest": "$passed", "skipped": $skipped,
  "test_rc": $test_rc, "bench_rc": $bench_rc}
