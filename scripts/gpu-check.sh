@@ -46,14 +46,15 @@ fi
 [ $test_rc -eq 0 ] || status=1
 
 bench_rc=0
-if [ $run_bench -eq 1 ] && [ -x "$bin/nibble_bench" ]; then
-  "$bin/nibble_bench" --json "$out/bench.json" > "$out/bench.log" 2>&1
+if [ $run_bench -eq 1 ]; then
+  "$bin/nibble" bench gemm --json "$out/bench.json" --commit "${NIBBLE_COMMIT:-unknown}" \
+    ${NIBBLE_BENCH_ARGS:-} > "$out/bench.log" 2>&1
   bench_rc=$?
   tail -60 "$out/bench.log"
   [ $bench_rc -eq 0 ] || status=1
 fi
 
-passed=$(grep -oE "[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$out/test.log" | tail -1)
+passed=$(grep -oE "[0-9]+% tests passed.*out of [0-9]+" "$out/test.log" | tail -1)
 skipped=$(grep -c "(Skipped)" "$out/test.log" || true)
 cat > "$out/summary.json" <<JSON
 {"commit": "${NIBBLE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}", "date": "$(date -u +%FT%TZ)",

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "nibble/formats.h"
+#include "nibble/layout.h"
 #include "nibble/quantize.h"
 #include "nibble/types.h"
 
@@ -36,6 +37,18 @@ void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
 /// products and sums in f32.
 void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
+
+/// Quantized linear with weights packed by pack_weight (layout w4_mma_k128): W4A8 per channel,
+/// group-wise and two-level, with s8 per-token or per-tensor activations. Same formula as the
+/// logical-weight overload; on CUDA it runs the tensor-core kernels (K % 32 == 0, rows of a.q
+/// 16-byte aligned), on the CPU the reference.
+void linear(const QuantizedActivationView& a, const PackedWeightView& w, const TensorView* bias,
+            const TensorView& d, Stream stream = nullptr);
+
+/// Integer GEMM D (M, N) s32 = A (M, K) s8 · W (N, K)ᵀ with s4 weights packed by pack_s4_matrix
+/// (or any packed s4_sym weight, whose scales are then ignored). Exact; same limits as above.
+void gemm_s32(const TensorView& a, const PackedWeightView& w, const TensorView& d,
+              Stream stream = nullptr);
 
 /// Which implementation would run `linear` for this format, shape and device, and why.
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, Device device);

@@ -4,6 +4,7 @@
 #include "nibble/device.h"
 #include "nibble/formats.h"
 #include "nibble/gemm.h"
+#include "nibble/layout.h"
 #include "nibble/numeric.h"
 #include "nibble/quantize.h"
 #include "nibble/status.h"

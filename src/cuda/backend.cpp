@@ -1,10 +1,13 @@
 // The CUDA backend behind the public API: kernel-specific preconditions, selection, launch.
 #include "cuda/backend.h"
 
+#include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/dispatch/registry.h"
 #include "cuda/generic/act_quant.h"
 #include "cuda/generic/simt_linear.h"
+#include "cuda/launch/sm80_w4a8_gemm.h"
+#include "nibble/device.h"
 
 namespace nibble::cuda {
 
@@ -85,8 +88,80 @@ void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView*
   select_linear(p).launch(p, call, stream);
 }
 
+namespace {
+
+W4A8Launch w4a8_launch(const TensorView& a, const PackedWeightView& w, const TensorView& d) {
+  W4A8Launch l;
+  l.device = a.device.index;
+  l.m = a.size(0);
+  l.n = w.n;
+  l.k = w.k;
+  l.n_pad = w.n_pad;
+  l.k_pad = w.k_pad;
+  l.a = a.data;
+  l.lda = a.stride(0);
+  l.w = w.q.data;
+  l.d = d.data;
+  l.ldd = d.stride(0);
+  l.d_dtype = d.dtype;
+  return l;
+}
+
+void require_sm80(int device) {
+  const DeviceInfo info = cuda_device_info(device);
+  if (info.cc_major < 8)
+    nibble::detail::fail(ErrorCode::unsupported,
+                         "nibble: the int4 tensor-core kernels need compute capability 8.0 or "
+                         "newer, device " + std::to_string(device) + " is " + info.name +
+                             " (sm_" + std::to_string(info.cc_major) +
+                             std::to_string(info.cc_minor) + ")");
+}
+
+}  // namespace
+
+void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
+                   const TensorView* bias, const TensorView& d, Stream stream) {
+  detail::DeviceGuard guard(a.q.device.index);
+  require_sm80(a.q.device.index);
+  W4A8Launch l = w4a8_launch(a.q, w, d);
+  l.a_scales = static_cast<const float*>(a.scales.data);
+  l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
+  l.w_scales = static_cast<const float*>(w.scales.data);
+  l.w_params = w.group_params.data;
+  l.group = w.format.group_size;
+  l.epilogue = w.format.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
+               : w.format.per_channel()                     ? sm80::W4A8Epilogue::per_channel
+                                                            : sm80::W4A8Epilogue::group;
+  if (bias != nullptr) {
+    l.bias = bias->data;
+    l.bias_dtype = bias->dtype;
+  }
+  launch_sm80_w4a8(l, stream);
+}
+
+void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const TensorView& d,
+                     Stream stream) {
+  detail::DeviceGuard guard(a.device.index);
+  require_sm80(a.device.index);
+  W4A8Launch l = w4a8_launch(a, w, d);
+  l.epilogue = sm80::W4A8Epilogue::s32;
+  launch_sm80_w4a8(l, stream);
+}
+
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device) {
-  return explain_linear(make_problem(format, m, n, k, device));
+  std::string s = "logical weights: " + explain_linear(make_problem(format, m, n, k, device));
+  const bool packable = (format.act == ActScheme::s8_per_token ||
+                         format.act == ActScheme::s8_per_tensor) &&
+                        (format.weight.scheme == WeightScheme::s4_sym ||
+                         format.weight.scheme == WeightScheme::s4_two_level);
+  if (!packable) return s + "; no packed layout for this format yet";
+  const DeviceInfo info = cuda_device_info(device);
+  if (info.cc_major < 8) return s + "; packed weights need sm_80+";
+  if (k % 32 != 0) return s + "; packed weights need K % 32 == 0";
+  const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, (k + 127) / 128 * 128,
+                                       format.weight.group_size, info.sm_count);
+  return s + "; packed weights (pack_weight): runs " + describe(plan) + " on " +
+         std::to_string(info.sm_count) + " SMs";
 }
 
 }  // namespace nibble::cuda

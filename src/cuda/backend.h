@@ -6,6 +6,7 @@
 #include <string>
 
 #include "nibble/formats.h"
+#include "nibble/layout.h"
 #include "nibble/quantize.h"
 #include "nibble/types.h"
 
@@ -19,6 +20,10 @@ void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
             const TensorView* bias, const TensorView& d, Stream stream);
 void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream);
+void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
+                   const TensorView* bias, const TensorView& d, Stream stream);
+void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const TensorView& d,
+                     Stream stream);
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device);
 
 }  // namespace nibble::cuda

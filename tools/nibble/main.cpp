@@ -4,6 +4,9 @@
 #include <string>
 
 #include "cli.h"
+#if NIBBLE_HAVE_BENCH
+#include "bench/gemm_bench.h"
+#endif
 #include "nibble/nibble.h"
 
 namespace nibble::cli {
@@ -105,6 +108,41 @@ int run_formats() {
   return 0;
 }
 
+int run_bench(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]) != "gemm")
+    throw Error(ErrorCode::invalid_argument, "nibble bench: expected 'nibble bench gemm [options]'");
+#if NIBBLE_HAVE_BENCH
+  const Args args = parse_args(argc, argv, 3, {"m", "shapes", "formats", "json", "iters", "reps", "commit"});
+  bench::GemmBenchOptions opt;
+  if (args.has("m")) {
+    opt.ms.clear();
+    for (const auto& s : split_list(args.get("m", ""))) opt.ms.push_back(std::stoll(s));
+  }
+  if (args.has("shapes")) {
+    std::vector<bench::Shape> chosen;
+    for (const auto& s : split_list(args.get("shapes", ""))) {
+      bool found = false;
+      for (const auto& sh : bench::llama_shapes())
+        if (sh.name == s) chosen.push_back(sh), found = true;
+      if (!found && s.find('x') != std::string::npos)  // "NxK"
+        chosen.push_back({s, std::stoll(s.substr(0, s.find('x'))), std::stoll(s.substr(s.find('x') + 1))}), found = true;
+      if (!found)
+        throw Error(ErrorCode::invalid_argument, "nibble bench: unknown shape '" + s + "' (a Llama layer name or NxK)");
+    }
+    opt.shapes = chosen;
+  }
+  if (args.has("formats")) opt.formats = split_list(args.get("formats", ""));
+  opt.json_path = args.get("json", "");
+  opt.commit = args.get("commit", "unknown");
+  opt.iters = static_cast<int>(args.get_int("iters", opt.iters));
+  opt.reps = static_cast<int>(args.get_int("reps", opt.reps));
+  return bench::run_gemm_bench(opt);
+#else
+  (void)argv;
+  throw Error(ErrorCode::unsupported, "nibble bench: this build has no CUDA backend");
+#endif
+}
+
 void usage() {
   std::printf(
       "usage: nibble <command> [options]\n"
@@ -113,7 +151,10 @@ void usage() {
       "  demo [--device cpu|cuda] [--m 16] [--n 4096] [--k 4096] [--formats a,b,...]\n"
       "       [--seed S] [--reps R]\n"
       "                       quantize random Llama-shaped weights, run each format, print\n"
-      "                       its error against the float product and its time\n");
+      "                       its error against the float product and its time\n"
+      "  bench gemm [--m 1,16,...] [--shapes llama3-8b.o,4096x4096,...] [--formats ...]\n"
+      "       [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"
+      "                       time W4A8 against cuBLAS bf16 and cuBLASLt int8 (GPU)\n");
 }
 
 }  // namespace
@@ -129,6 +170,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "info") return run_info();
     if (cmd == "formats") return run_formats();
+    if (cmd == "bench") return run_bench(argc, argv);
     if (cmd == "demo")
       return run_demo(parse_args(argc, argv, 2, {"device", "m", "n", "k", "formats", "seed", "reps"}));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {

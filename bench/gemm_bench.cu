@@ -1,0 +1,367 @@
+// `nibble bench gemm`: times nibble's W4A8 linear against cuBLAS bf16 (cublasGemmEx) and
+// cuBLASLt int8 (s8×s8→s32) on Llama layer shapes, in one run.
+//
+// Method (docs/kernels.md): every timed op is captured `iters` times into a CUDA graph that
+// cycles through enough weight copies to exceed 3× L2, so weights stream from HBM as in real
+// decoding; the graph is replayed `reps` times and the median per-call time is reported. The
+// device-to-device copy ceiling is measured in the same run. Data are random, never zeros.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/gemm_bench.h"
+#include "nibble/nibble.h"
+
+namespace nibble::bench {
+
+namespace {
+
+#define BENCH_CUDA(call)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess)                                                                 \
+      throw Error(ErrorCode::cuda_error, std::string(#call) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+#define BENCH_CUBLAS(call)                                                                 \
+  do {                                                                                     \
+    cublasStatus_t s_ = (call);                                                            \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      throw Error(ErrorCode::cuda_error, std::string(#call) + ": cuBLAS status " +         \
+                                             std::to_string(static_cast<int>(s_)));        \
+  } while (0)
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// Random bytes on the device (xorshift on the host, copied up): never zeros.
+void fill_random(void* dst, size_t bytes, uint64_t seed) {
+  std::vector<uint64_t> host((bytes + 7) / 8);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : host) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = x;
+  }
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), bytes, cudaMemcpyHostToDevice));
+}
+
+void fill_bf16(void* dst, size_t count, uint64_t seed) {
+  std::vector<uint16_t> host(count);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : host) v = f32_to_bf16_bits(normal(rng));
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 2, cudaMemcpyHostToDevice));
+}
+
+void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed) {
+  std::vector<float> host(count);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (auto& v : host) v = u(rng);
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 4, cudaMemcpyHostToDevice));
+}
+
+// Median per-call microseconds of `op(i)` captured `iters` times into one graph.
+double time_graph(cudaStream_t stream, int iters, int reps, const std::function<void(int)>& op) {
+  for (int i = 0; i < 3; ++i) op(i);  // warm-up outside capture (allocations, autotuning)
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < iters; ++i) op(i);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, stream));
+    BENCH_CUDA(cudaGraphLaunch(exec, stream));
+    BENCH_CUDA(cudaEventRecord(e1, stream));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(1000.0 * ms / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+int copies_for(size_t bytes, int64_t l2) {
+  return static_cast<int>(std::clamp<int64_t>(3 * l2 / std::max<int64_t>(bytes, 1) + 1, 2, 64));
+}
+
+struct Record {
+  std::string op, kernel, error;
+  int64_t m, n, k;
+  double us = 0, weight_bytes = 0;
+};
+
+// One packed W4A8 weight in device memory, random contents in the layout's valid range.
+struct PackedCopy {
+  PackedWeight w;
+};
+
+PackedWeight random_packed(const WeightFormat& f, int64_t n, int64_t k, uint64_t seed) {
+  PackedWeight p;
+  p.layout = WeightLayout::w4_mma_k128;
+  p.version = kW4MmaK128Version;
+  p.format = f;
+  p.n = n;
+  p.k = k;
+  p.n_pad = (n + 7) / 8 * 8;
+  p.k_pad = (k + 127) / 128 * 128;
+  const Device dev = Device::cuda();
+  p.q = Tensor(DType::u8, {p.n_pad * p.k_pad / 2}, dev);
+  fill_random(p.q.data(), p.q.nbytes(), seed);
+  const bool two_level = f.scheme == WeightScheme::s4_two_level;
+  const int64_t groups = f.per_channel() ? 0 : (p.k_pad + f.group_size - 1) / f.group_size;
+  p.scales = f.per_channel() || two_level ? Tensor(DType::f32, {p.n_pad}, dev)
+                                          : Tensor(DType::f32, {groups, p.n_pad}, dev);
+  fill_f32(p.scales.data(), p.scales.view().numel(), 1e-3f, 2e-3f, seed + 1);
+  if (two_level) {
+    p.group_params = Tensor(DType::u8, {groups, 2 * p.n_pad}, dev);
+    std::vector<uint8_t> host(static_cast<size_t>(groups * 2 * p.n_pad));
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    for (size_t i = 0; i < host.size(); i += 2) {
+      const int gs = 1 + static_cast<int>(rng() % 8), gz = static_cast<int>(rng() % 16);
+      const int gz_ok = std::max(gz, 15 - 127 / gs);  // keep (15 − g_z)·g_s ≤ 127
+      host[i] = static_cast<uint8_t>(gs);
+      host[i + 1] = static_cast<uint8_t>(128 - gs * gz_ok);
+    }
+    BENCH_CUDA(cudaMemcpy(p.group_params.data(), host.data(), host.size(), cudaMemcpyHostToDevice));
+  }
+  return p;
+}
+
+double packed_bytes(const PackedWeight& p) {
+  return double(p.q.nbytes()) + double(p.scales.nbytes()) +
+         (p.group_params.defined() ? double(p.group_params.nbytes()) : 0.0);
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int run_gemm_bench(const GemmBenchOptions& opt) {
+  BENCH_CUDA(cudaSetDevice(0));
+  const DeviceInfo dev = cuda_device_info(0);
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  BENCH_CUBLAS(cublasCreate(&blas));
+  BENCH_CUBLAS(cublasSetStream(blas, stream));
+  cublasLtHandle_t lt;
+  BENCH_CUBLAS(cublasLtCreate(&lt));
+  const size_t lt_ws_bytes = 32 << 20;
+  DeviceBuffer lt_ws(lt_ws_bytes);
+
+  // Ceiling: device-to-device copy, bytes read + written.
+  double copy_gbps = 0;
+  {
+    const size_t bytes = size_t(1) << 30;
+    DeviceBuffer src(bytes), dst(bytes);
+    fill_random(src.p, 1 << 20, 7);
+    const double us = time_graph(stream, 5, 5, [&](int) {
+      BENCH_CUDA(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    copy_gbps = 2.0 * bytes / (us * 1e3);
+  }
+  std::printf("# %s, %d SMs, L2 %lld MiB; copy ceiling %.0f GB/s (read+write)\n", dev.name.c_str(),
+              dev.sm_count, static_cast<long long>(dev.l2_bytes >> 20), copy_gbps);
+
+  std::vector<Record> records;
+  for (const auto& shape : opt.shapes) {
+    const int64_t n = shape.n, k = shape.k;
+    const int64_t max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
+    // Activations: one buffer, reused (they are small and live in L2 in real inference too).
+    DeviceBuffer a_s8(size_t(max_m) * k), a_bf16(size_t(max_m) * k * 2);
+    DeviceBuffer a_scales(size_t(max_m) * 4), d_out(size_t(max_m) * n * 4);
+    fill_random(a_s8.p, size_t(max_m) * k, 11);
+    fill_bf16(a_bf16.p, size_t(max_m) * k, 12);
+    fill_f32(a_scales.p, size_t(max_m), 0.01f, 0.02f, 13);
+    // Peers' weights, rotated like ours.
+    const int bf16_copies = copies_for(size_t(n) * k * 2, dev.l2_bytes);
+    const int s8_copies = copies_for(size_t(n) * k, dev.l2_bytes);
+    std::vector<std::unique_ptr<DeviceBuffer>> w_bf16, w_s8;
+    for (int i = 0; i < bf16_copies; ++i) {
+      w_bf16.push_back(std::make_unique<DeviceBuffer>(size_t(n) * k * 2));
+      fill_bf16(w_bf16.back()->p, size_t(n) * k, 100 + i);
+    }
+    for (int i = 0; i < s8_copies; ++i) {
+      w_s8.push_back(std::make_unique<DeviceBuffer>(size_t(n) * k));
+      fill_random(w_s8.back()->p, size_t(n) * k, 200 + i);
+    }
+    // Ours.
+    std::vector<std::pair<std::string, std::vector<PackedWeight>>> ours;
+    for (const auto& fname : opt.formats) {
+      const LinearFormat f = parse_linear_format(fname);
+      PackedWeight first = random_packed(f.weight, n, k, 300);
+      const int c = copies_for(static_cast<size_t>(packed_bytes(first)), dev.l2_bytes);
+      std::vector<PackedWeight> copies;
+      copies.push_back(std::move(first));
+      for (int i = 1; i < c; ++i) copies.push_back(random_packed(f.weight, n, k, 300 + i));
+      ours.emplace_back(fname, std::move(copies));
+    }
+
+    for (int64_t m : opt.ms) {
+      auto add = [&](const std::string& op, double wbytes, const std::string& kernel,
+                     const std::function<void(int)>& fn) {
+        Record r{op, kernel, "", m, n, k};
+        r.weight_bytes = wbytes;
+        try {
+          r.us = time_graph(stream, opt.iters, opt.reps, fn);
+        } catch (const Error& e) {
+          r.error = e.what();
+          cudaGetLastError();
+          cudaStreamCaptureStatus st;
+          if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+            cudaGraph_t g;
+            cudaStreamEndCapture(stream, &g);
+            if (g) cudaGraphDestroy(g);
+          }
+        }
+        records.push_back(r);
+      };
+      // nibble W4A8, int8 activations in, bf16 out.
+      for (auto& [fname, copies] : ours) {
+        const LinearFormat f = parse_linear_format(fname);
+        QuantizedActivationView qa;
+        qa.scheme = ActScheme::s8_per_token;
+        qa.q = TensorView::contiguous(a_s8.p, DType::s8, {m, k}, Device::cuda());
+        qa.scales = TensorView::contiguous(a_scales.p, DType::f32, {m}, Device::cuda());
+        const TensorView d = TensorView::contiguous(d_out.p, DType::bf16, {m, n}, Device::cuda());
+        std::string kernel = explain(f, m, n, k, Device::cuda());
+        kernel = kernel.substr(kernel.find("runs sm80") != std::string::npos ? kernel.find("runs sm80") + 5 : 0);
+        add(fname, packed_bytes(copies[0]), kernel, [&, d, qa](int i) {
+          linear(qa, copies[static_cast<size_t>(i) % copies.size()].view(), nullptr, d, stream);
+        });
+      }
+      // cuBLAS bf16: D (M, N) row-major = A (M, K) · W (N, K)ᵀ, i.e. column-major Dᵀ = W·Aᵀ.
+      add("cublas_bf16", double(n) * k * 2, "cublasGemmEx bf16, f32 accumulate", [&](int i) {
+        const float alpha = 1.0f, beta = 0.0f;
+        BENCH_CUBLAS(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                  static_cast<int>(m), static_cast<int>(k), &alpha,
+                                  w_bf16[static_cast<size_t>(i) % w_bf16.size()]->p, CUDA_R_16BF,
+                                  static_cast<int>(k), a_bf16.p, CUDA_R_16BF, static_cast<int>(k),
+                                  &beta, d_out.p, CUDA_R_16BF, static_cast<int>(n),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      });
+      // cuBLASLt int8: s8×s8 → s32, same layout trick.
+      {
+        cublasLtMatmulDesc_t desc;
+        cublasLtMatrixLayout_t la, lb, lc;
+        BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+        const cublasOperation_t opT = CUBLAS_OP_T;
+        BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
+        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, k, n, k));
+        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, k, m, k));
+        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, n, m, n));
+        cublasLtMatmulPreference_t pref;
+        BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+        BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof lt_ws_bytes));
+        cublasLtMatmulHeuristicResult_t heur{};
+        int found = 0;
+        const cublasStatus_t hs =
+            cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
+        if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+          records.push_back({"cublaslt_s8", "", "no cuBLASLt int8 algorithm for this shape", m, n, k});
+        } else {
+          add("cublaslt_s8", double(n) * k, "cublasLtMatmul s8s8s32", [&](int i) {
+            const int32_t alpha = 1, beta = 0;
+            BENCH_CUBLAS(cublasLtMatmul(lt, desc, &alpha, w_s8[static_cast<size_t>(i) % w_s8.size()]->p,
+                                        la, a_s8.p, lb, &beta, d_out.p, lc, d_out.p, lc, &heur.algo,
+                                        lt_ws.p, lt_ws_bytes, stream));
+          });
+        }
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(lc);
+        cublasLtMatmulDescDestroy(desc);
+      }
+    }
+  }
+
+  // ---- report ----------------------------------------------------------------------------------
+  auto peer_us = [&](const Record& r, const char* op) {
+    for (const auto& p : records)
+      if (p.op == op && p.m == r.m && p.n == r.n && p.k == r.k && p.error.empty()) return p.us;
+    return 0.0;
+  };
+  std::printf("%-18s %6s %6s %6s %9s %8s %8s %7s %8s %8s  %s\n", "op", "M", "N", "K", "us", "TOPS",
+              "wGB/s", "%copy", "x bf16", "x s8", "kernel");
+  for (const auto& r : records) {
+    if (!r.error.empty()) {
+      std::printf("%-18s %6lld %6lld %6lld  error: %s\n", r.op.c_str(), (long long)r.m,
+                  (long long)r.n, (long long)r.k, r.error.c_str());
+      continue;
+    }
+    const double tops = 2.0 * r.m * r.n * r.k / (r.us * 1e6);
+    const double gbps = r.weight_bytes / (r.us * 1e3);
+    const double bf = peer_us(r, "cublas_bf16"), s8 = peer_us(r, "cublaslt_s8");
+    std::printf("%-18s %6lld %6lld %6lld %9.2f %8.1f %8.0f %6.0f%% %8.2f %8.2f  %s\n", r.op.c_str(),
+                (long long)r.m, (long long)r.n, (long long)r.k, r.us, tops, gbps,
+                100.0 * gbps / copy_gbps, bf > 0 ? bf / r.us : 0.0, s8 > 0 ? s8 / r.us : 0.0,
+                r.kernel.c_str());
+  }
+  if (!opt.json_path.empty()) {
+    std::ofstream f(opt.json_path);
+    f << "{\n \"device\": \"" << dev.name << "\",\n \"date\": \"" << today() << "\",\n \"commit\": \""
+      << opt.commit << "\",\n \"cuda_runtime\": \"" << build_info().cuda_runtime
+      << "\",\n \"sm_count\": " << dev.sm_count << ",\n \"l2_bytes\": " << dev.l2_bytes
+      << ",\n \"sm_clock_khz\": " << dev.clock_khz << ",\n \"copy_GBps\": " << copy_gbps
+      << ",\n \"method\": \"CUDA-graph replay of " << opt.iters << " calls, median of " << opt.reps
+      << " replays, weights rotated over >= 3x L2\",\n \"records\": [\n";
+    for (size_t i = 0; i < records.size(); ++i) {
+      const Record& r = records[i];
+      f << "  {\"op\": \"" << r.op << "\", \"M\": " << r.m << ", \"N\": " << r.n << ", \"K\": " << r.k;
+      if (r.error.empty()) {
+        f << ", \"us\": " << r.us << ", \"TOPS\": " << 2.0 * r.m * r.n * r.k / (r.us * 1e6)
+          << ", \"wGBps\": " << r.weight_bytes / (r.us * 1e3) << ", \"kernel\": \"" << r.kernel << "\"";
+      } else {
+        f << ", \"error\": \"" << r.error << "\"";
+      }
+      f << "}" << (i + 1 < records.size() ? "," : "") << "\n";
+    }
+    f << " ]\n}\n";
+    std::printf("wrote %s\n", opt.json_path.c_str());
+  }
+  cublasLtDestroy(lt);
+  cublasDestroy(blas);
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace nibble::bench

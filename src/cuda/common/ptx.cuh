@@ -1,0 +1,76 @@
+// Thin wrappers over the PTX instructions the tensor-core kernels use (sm_80+). Each wrapper is
+// one instruction; the comments state the operand layouts they assume.
+#pragma once
+
+#include <cstdint>
+
+namespace nibble::cuda::ptx {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte asynchronous global→shared copy. When `valid` is false nothing is read and the 16
+/// destination bytes are zero-filled (src-size 0), so tiles past the matrix edge become zeros.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+/// Same, with an L2 evict-first hint: weights are streamed once per call and should not push
+/// the (reused) activations out of L2.
+__device__ __forceinline__ void cp_async_16_stream(void* smem, const void* gmem, bool valid,
+                                                   uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0), "l"(policy));
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+/// Waits until at most `kPending` committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+/// ldmatrix.x4: four 8×8 b16 matrices; lane l supplies the row address of matrix l/8, row l%8.
+/// For an s8 A tile this yields the m16n8k32 A fragment when the four matrices are (rows 0-7,
+/// bytes 0-15), (rows 8-15, bytes 0-15), (rows 0-7, bytes 16-31), (rows 8-15, bytes 16-31).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem_row)));
+}
+
+/// D = A·B + D with s8 operands and s32 accumulators, m16n8k32, A row-major, B column-major.
+/// Fragments (g = lane/4, c = lane%4):
+///   a[0]: row g,   k 4c..4c+3      a[1]: row g+8, k 4c..4c+3
+///   a[2]: row g,   k 16+4c..       a[3]: row g+8, k 16+4c..
+///   b[0]: col g,   k 4c..4c+3      b[1]: col g,   k 16+4c..
+///   d[0..1]: row g, cols 2c, 2c+1  d[2..3]: row g+8, cols 2c, 2c+1
+__device__ __forceinline__ void mma_s8_16832(int32_t (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/// 128-bit shared-memory load.
+__device__ __forceinline__ uint4 lds128(const void* smem) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_addr(smem)));
+  return v;
+}
+
+}  // namespace nibble::cuda::ptx

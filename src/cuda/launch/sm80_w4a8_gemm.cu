@@ -1,0 +1,201 @@
+// Launcher of the sm80_w4a8_gemm family: the instance list, the tile choice per M bucket, the
+// split-K choice from the device's SM count, and the workspace for split-K partials.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "common/check.h"
+#include "common/cuda_runtime_check.h"
+#include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/sm80/sm80_w4a8_gemm.cuh"
+#include "nibble/device.h"
+
+namespace nibble::cuda {
+
+using sm80::W4A8Epilogue;
+using sm80::W4A8GemmParams;
+
+namespace {
+
+// Tile shapes, by M bucket. Small M is a weight stream: a thin 16-row tile, deep pipeline, and
+// split-K to put every SM to work. Large M is compute: 128×128 tiles, 8 warps of 64×32.
+enum class Tile : int { m16, m32, m64, m128 };
+
+struct TileInfo {
+  int bm, bn, warps, stages;
+};
+// Must agree with the Instance specialisations below.
+constexpr TileInfo kTiles[] = {{16, 128, 4, 6}, {32, 128, 8, 5}, {64, 128, 8, 4}, {128, 128, 8, 4}};
+
+template <Tile T, W4A8Epilogue E, int G>
+struct Instance;
+template <W4A8Epilogue E, int G>
+struct Instance<Tile::m16, E, G> {
+  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, G>;
+};
+template <W4A8Epilogue E, int G>
+struct Instance<Tile::m32, E, G> {
+  using Cfg = sm80::W4A8GemmConfig<32, 128, 2, 4, 5, E, G>;
+};
+template <W4A8Epilogue E, int G>
+struct Instance<Tile::m64, E, G> {
+  using Cfg = sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>;
+};
+template <W4A8Epilogue E, int G>
+struct Instance<Tile::m128, E, G> {
+  using Cfg = sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>;
+};
+
+template <Tile T, W4A8Epilogue E, int G>
+void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
+  using Cfg = typename Instance<T, E, G>::Cfg;
+  auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
+  // Above 48 KB a kernel must opt in to its dynamic shared memory; set it once per instance.
+  static const bool configured = [&] {
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <Tile T, W4A8Epilogue E>
+void launch_grouped(const W4A8GemmParams& p, int group, dim3 grid, Stream stream) {
+  switch (group) {
+    case 32: return launch_instance<T, E, 32>(p, grid, stream);
+    case 64: return launch_instance<T, E, 64>(p, grid, stream);
+    case 128: return launch_instance<T, E, 128>(p, grid, stream);
+    case 256: return launch_instance<T, E, 256>(p, grid, stream);
+  }
+  nibble::detail::fail(ErrorCode::internal, "sm80_w4a8_gemm: no instance for group " +
+                                                std::to_string(group));
+}
+
+template <Tile T>
+void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, int group, dim3 grid, Stream stream) {
+  switch (e) {
+    case W4A8Epilogue::s32: return launch_instance<T, W4A8Epilogue::s32, 0>(p, grid, stream);
+    case W4A8Epilogue::per_channel:
+      return launch_instance<T, W4A8Epilogue::per_channel, 0>(p, grid, stream);
+    case W4A8Epilogue::group: return launch_grouped<T, W4A8Epilogue::group>(p, group, grid, stream);
+    case W4A8Epilogue::two_level:
+      return launch_grouped<T, W4A8Epilogue::two_level>(p, group, grid, stream);
+  }
+}
+
+// A grow-only workspace per (device, stream): split-K partials and per-tile counters. Counters
+// are zeroed once when allocated; the kernel leaves them at zero after every launch. Allocation
+// happens on the first call with a given size, so capture CUDA graphs after a warm-up call.
+struct Workspace {
+  void* partials = nullptr;
+  size_t partial_bytes = 0;
+  int* counters = nullptr;
+  size_t counter_count = 0;
+};
+
+Workspace& workspace_for(int device, Stream stream, size_t partial_bytes, size_t counters) {
+  static std::mutex mu;
+  static std::map<std::pair<int, Stream>, Workspace> all;
+  std::lock_guard<std::mutex> lock(mu);
+  Workspace& ws = all[{device, stream}];
+  if (ws.partial_bytes < partial_bytes) {
+    if (ws.partials != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ws.partials));
+    ws.partials = nullptr;
+    NIBBLE_CUDA_CHECK(cudaMalloc(&ws.partials, partial_bytes));
+    ws.partial_bytes = partial_bytes;
+  }
+  if (ws.counter_count < counters) {
+    if (ws.counters != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ws.counters));
+    ws.counters = nullptr;
+    NIBBLE_CUDA_CHECK(cudaMalloc(&ws.counters, counters * sizeof(int)));
+    NIBBLE_CUDA_CHECK(cudaMemset(ws.counters, 0, counters * sizeof(int)));
+    ws.counter_count = counters;
+  }
+  return ws;
+}
+
+}  // namespace
+
+W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, int group, int sm_count) {
+  W4A8Plan plan;
+  plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
+  const TileInfo& t = kTiles[plan.tile];
+  plan.bm = t.bm;
+  plan.bn = t.bn;
+  plan.stages = t.stages;
+  plan.warps = t.warps;
+  plan.tiles_m = static_cast<int>((m + t.bm - 1) / t.bm);
+  plan.tiles_n = static_cast<int>((n_pad + t.bn - 1) / t.bn);
+  const int kblocks = static_cast<int>(k_pad / 128);
+  // Split K only when the output tiles alone cannot occupy the GPU: aim for about two CTAs per
+  // SM, keep at least 4 K blocks (512 of K) per split, and align splits to a 256-group's two
+  // blocks so every group is rescaled by exactly one CTA.
+  const int tiles = plan.tiles_m * plan.tiles_n;
+  const int align = group == 256 ? 2 : 1;
+  int splits = 1;
+  if (tiles < sm_count) {
+    const int want = (2 * sm_count + tiles - 1) / tiles;
+    splits = std::clamp(std::min(want, kblocks / 4), 1, 16);
+  }
+  int per_split = (kblocks + splits - 1) / splits;
+  per_split = (per_split + align - 1) / align * align;
+  plan.splits = (kblocks + per_split - 1) / per_split;
+  plan.kblocks_per_split = per_split;
+  return plan;
+}
+
+std::string describe(const W4A8Plan& plan) {
+  return "sm80_w4a8_gemm tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
+         "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
+         " stages, grid " + std::to_string(plan.tiles_n) + "x" + std::to_string(plan.tiles_m) +
+         (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                " (tiles alone would leave SMs idle)"
+                          : "");
+}
+
+void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
+  const DeviceInfo dev = cuda_device_info(l.device);
+  const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k_pad, l.group, dev.sm_count);
+  W4A8GemmParams p;
+  p.a = static_cast<const int8_t*>(l.a);
+  p.lda = l.lda;
+  p.a_scales = l.a_scales;
+  p.a_scale_step = l.a_per_tensor ? 0 : 1;
+  p.w = static_cast<const uint8_t*>(l.w);
+  p.w_scales = l.w_scales;
+  p.w_params = static_cast<const uint16_t*>(l.w_params);
+  p.bias = l.bias;
+  p.bias_dtype = l.bias_dtype;
+  p.d = l.d;
+  p.ldd = l.ldd;
+  p.d_dtype = l.d_dtype;
+  p.m = static_cast<int>(l.m);
+  p.n = static_cast<int>(l.n);
+  p.k = static_cast<int>(l.k);
+  p.n_pad = static_cast<int>(l.n_pad);
+  p.kblocks = static_cast<int>(l.k_pad / 128);
+  p.splits = plan.splits;
+  p.kblocks_per_split = plan.kblocks_per_split;
+  if (plan.splits > 1) {
+    Workspace& ws = workspace_for(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
+                                  size_t(plan.tiles_m) * plan.tiles_n);
+    p.workspace = ws.partials;
+    p.counters = ws.counters;
+  }
+  const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
+  const W4A8Epilogue e = l.epilogue;
+  switch (static_cast<Tile>(plan.tile)) {
+    case Tile::m16: return launch_tile<Tile::m16>(p, e, l.group, grid, stream);
+    case Tile::m32: return launch_tile<Tile::m32>(p, e, l.group, grid, stream);
+    case Tile::m64: return launch_tile<Tile::m64>(p, e, l.group, grid, stream);
+    case Tile::m128: return launch_tile<Tile::m128>(p, e, l.group, grid, stream);
+  }
+}
+
+}  // namespace nibble::cuda

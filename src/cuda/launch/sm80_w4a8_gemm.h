@@ -1,0 +1,45 @@
+// Host interface of the sm80_w4a8_gemm family (kernel: cuda/sm80/sm80_w4a8_gemm.cuh).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nibble/types.h"
+
+namespace nibble::cuda {
+
+namespace sm80 {
+enum class W4A8Epilogue : int { s32, per_channel, group, two_level };
+}  // namespace sm80
+
+/// One validated call: raw pointers of the operands (see the kernel header for layouts).
+struct W4A8Launch {
+  int device = 0;
+  sm80::W4A8Epilogue epilogue = sm80::W4A8Epilogue::per_channel;
+  int group = 0;  ///< group size for group / two_level
+  int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;  ///< bytes
+  const float* a_scales = nullptr;
+  bool a_per_tensor = false;
+  const void* w = nullptr;
+  const float* w_scales = nullptr;
+  const void* w_params = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::f32;
+  void* d = nullptr;
+  int64_t ldd = 0;  ///< elements
+  DType d_dtype = DType::bf16;
+};
+
+/// The tile and split-K choice for a problem (depends only on shape, group and SM count).
+struct W4A8Plan {
+  int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
+  int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+};
+W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, int group, int sm_count);
+std::string describe(const W4A8Plan& plan);
+
+void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,384 @@
+// sm80_w4a8_gemm — int4 weights × int8 activations on mma.sync.m16n8k32 (sm_80, sm_86, sm_89,
+// sm_90), int32 accumulation, fused rescale.
+//
+//   D[m,n] = s_a[m] · s_w[n] · Σ_k a[m,k]·w[n,k]                  (per_channel)
+//   D[m,n] = s_a[m] · Σ_g s_w[g,n] · Σ_{k∈g} a[m,k]·w[n,k]        (group: f32 rescale per group)
+//   D[m,n] = s_a[m] · s_ch[n] · Σ_k a[m,k]·w8[n,k]                 (two_level: integer groups)
+//   D[m,n] = Σ_k a[m,k]·w[n,k]  as int32                            (s32)
+//   (+ bias[n]; D in f32, f16 or bf16, or s32)
+//
+// Operands
+//   a   (M, K) s8, row-major, row pitch `lda` bytes; base and pitch 16-byte aligned; K % 32 == 0.
+//   w   layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes, one 16-byte
+//       load per lane holds that lane's B fragments for four k32 steps; nibbles unsigned.
+//   s_a f32 per row (or one per tensor); s_w f32 (N_pad) or (K_pad/G, N_pad); two-level group
+//       parameters u16 (K_pad/G, N_pad) = g_s | (128 − g_s·g_z) << 8.
+//
+// Work split
+//   grid (N/BN, M/BM, splits). A CTA owns a BM×BN tile and a contiguous range of 128-wide K
+//   blocks; STAGES-deep cp.async ring (A tile BM×128 bytes, W tile BN×64 bytes, the block's
+//   scales/parameters). Warps tile the CTA as WARPS_M × WARPS_N; a warp owns (BM/WARPS_M) ×
+//   (BN/WARPS_N), i.e. MT m16 tiles × NT n8 tiles of int32 accumulators.
+//   With splits > 1 each CTA writes its partial tile to a workspace slot and the last CTA to
+//   arrive (per-tile counter) sums the slots in split order and runs the epilogue, so results do
+//   not depend on CTA timing (deterministic run to run); it then resets the counter.
+//
+//   A in shared memory: rows of 128 bytes = 8 chunks of 16; chunk c of row r is stored at chunk
+//   c ^ (r % 8). ldmatrix reads one chunk column of 8 consecutive rows; without the XOR all 8
+//   would sit in the same 4 banks (8-way conflict), with it they cover all 32 banks.
+//
+//   int4 → int8 (per 4 values, the trick written out in docs/kernels.md):
+//     x  = word & 0x0F0F0F0F                (low nibbles → one unsigned value u per byte)
+//     b  = (x · g_s + offset·0x01010101) ^ 0x80808080
+//   Every byte of x·g_s + offset is u·g_s + offset = w8 + 128 ∈ [0, 255], so no carry crosses
+//   a byte, and XOR 0x80 turns the biased byte into the two's-complement int8 w8. For s4_sym
+//   weights u = v + 8, g_s = 1 and offset = 120, giving v. That is 3 instructions per 4 values
+//   for the low nibbles and 4 for the high ones (one shift more), with no per-element shifts.
+//
+// Limitations
+//   1. mma.sync reaches about 63% of Hopper's dense int8 peak (shared/research §9); the sm_90a
+//      wgmma kernel (sm90/) is the prefill path there.
+//   2. K must be a multiple of 32; rows of `a` 16-byte aligned. N and K are padded in the
+//      weight layout, M is guarded (zero-filled A rows, masked stores).
+//   3. Epilogue stores are 2-element vectors straight from the accumulator fragments.
+//   4. Split-K partials go through a workspace of splits·M·N·4 bytes plus one counter per tile.
+// Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/launch/sm80_w4a8_gemm.h"
+#include "nibble/types.h"
+
+namespace nibble::cuda::sm80 {
+
+struct W4A8GemmParams {
+  const int8_t* a = nullptr;
+  int64_t lda = 0;                // bytes
+  const float* a_scales = nullptr;
+  int a_scale_step = 1;           // 1 per token, 0 per tensor
+  const uint8_t* w = nullptr;     // w4_mma_k128
+  const float* w_scales = nullptr;
+  const uint16_t* w_params = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::f32;
+  void* d = nullptr;
+  int64_t ldd = 0;                // elements
+  DType d_dtype = DType::bf16;
+  int m = 0, n = 0, k = 0, n_pad = 0, kblocks = 0;
+  int splits = 1, kblocks_per_split = 0;
+  void* workspace = nullptr;      // splits·M·N 4-byte partials
+  int* counters = nullptr;        // one per output tile, zero between calls
+};
+
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_>
+struct W4A8GemmConfig {
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int STAGES = STAGES_, GROUP = GROUP_;
+  static constexpr W4A8Epilogue EPI = EPI_;
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MT = WM / 16, NT = WN / 8;
+  static constexpr int kBK = 128;  // K elements (bytes of A) per stage
+  static constexpr bool kGrouped = EPI == W4A8Epilogue::group || EPI == W4A8Epilogue::two_level;
+  // Rows of group data one 128-wide K block needs (a 256 group spans two blocks).
+  static constexpr int kGroupRows = kGrouped ? (GROUP >= kBK ? 1 : kBK / GROUP) : 0;
+  static constexpr int kABytes = BM * kBK;
+  static constexpr int kWBytes = BN * kBK / 2;
+  static constexpr int kScaleBytes = EPI == W4A8Epilogue::group ? kGroupRows * BN * 4 : 0;
+  static constexpr int kParamBytes = EPI == W4A8Epilogue::two_level ? kGroupRows * BN * 2 : 0;
+  static constexpr int kStageBytes = kABytes + kWBytes + kScaleBytes + kParamBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
+
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
+  static_assert(!kGrouped || (GROUP == 32 || GROUP == 64 || GROUP == 128 || GROUP == 256),
+                "group size must be 32, 64, 128 or 256");
+  static_assert(kStageBytes % 16 == 0, "stage regions must stay 16-byte aligned");
+};
+
+namespace detail {
+
+__device__ __forceinline__ float load_scalar(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// Stores two adjacent outputs (cols c, c+1 of one row); the second only if it is inside N.
+__device__ __forceinline__ void store_pair(const W4A8GemmParams& p, int row, int col, float v0,
+                                           float v1, bool two) {
+  const int64_t i = int64_t(row) * p.ldd + col;
+  const bool vec = two && (i % 2 == 0);
+  switch (p.d_dtype) {
+    case DType::bf16: {
+      auto* d = static_cast<__nv_bfloat16*>(p.d);
+      if (vec) *reinterpret_cast<__nv_bfloat162*>(d + i) = __floats2bfloat162_rn(v0, v1);
+      else {
+        d[i] = __float2bfloat16_rn(v0);
+        if (two) d[i + 1] = __float2bfloat16_rn(v1);
+      }
+      break;
+    }
+    case DType::f16: {
+      auto* d = static_cast<__half*>(p.d);
+      if (vec) *reinterpret_cast<__half2*>(d + i) = __floats2half2_rn(v0, v1);
+      else {
+        d[i] = __float2half_rn(v0);
+        if (two) d[i + 1] = __float2half_rn(v1);
+      }
+      break;
+    }
+    default: {
+      auto* d = static_cast<float*>(p.d);
+      if (vec) *reinterpret_cast<float2*>(d + i) = make_float2(v0, v1);
+      else {
+        d[i] = v0;
+        if (two) d[i + 1] = v1;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm80_w4a8_gemm_kernel(const __grid_constant__ W4A8GemmParams p) {
+  using ptx::cp_async_16;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT, NT = Cfg::NT, STAGES = Cfg::STAGES;
+  constexpr W4A8Epilogue EPI = Cfg::EPI;
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int kb_begin = blockIdx.z * p.kblocks_per_split;
+  const int kb_end = min(p.kblocks, kb_begin + p.kblocks_per_split);
+  const int num_kb = kb_end - kb_begin;
+  const uint64_t weight_policy = ptx::evict_first_policy();
+
+  // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
+  auto load_stage = [&](int stage, int kb) {
+    uint8_t* base = smem + stage * Cfg::kStageBytes;
+    uint8_t* a_sh = base;
+    uint8_t* w_sh = base + Cfg::kABytes;
+#pragma unroll
+    for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
+      const int r = i >> 3, c = i & 7;
+      const int gm = m0 + r, gk = kb * 128 + c * 16;
+      const bool valid = gm < p.m && gk < p.k;
+      const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
+      cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
+    }
+#pragma unroll
+    for (int i = tid; i < BN * 4; i += Cfg::kThreads) {  // 16-byte chunks of W (32 per n8 block)
+      const int nb = i >> 5, part = i & 31;
+      const int gnb = (n0 >> 3) + nb;
+      const bool valid = gnb * 8 < p.n_pad;
+      const uint8_t* src = p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * 512 + part * 16;
+      ptx::cp_async_16_stream(w_sh + nb * 512 + part * 16, src, valid, weight_policy);
+    }
+    if constexpr (Cfg::kScaleBytes > 0 || Cfg::kParamBytes > 0) {
+      constexpr int kElemBytes = EPI == W4A8Epilogue::group ? 4 : 2;
+      constexpr int kChunksPerRow = BN * kElemBytes / 16;
+      uint8_t* g_sh = w_sh + Cfg::kWBytes;
+      const uint8_t* g_src = EPI == W4A8Epilogue::group
+                                 ? reinterpret_cast<const uint8_t*>(p.w_scales)
+                                 : reinterpret_cast<const uint8_t*>(p.w_params);
+      const int first_group = kb * 128 / Cfg::GROUP;
+      for (int i = tid; i < Cfg::kGroupRows * kChunksPerRow; i += Cfg::kThreads) {
+        const int r = i / kChunksPerRow, c = i % kChunksPerRow;
+        const int col = n0 + c * (16 / kElemBytes);
+        const bool valid = col < p.n_pad;
+        const uint8_t* src =
+            g_src + (int64_t(first_group + r) * p.n_pad + (valid ? col : 0)) * kElemBytes;
+        cp_async_16(g_sh + r * BN * kElemBytes + c * 16, src, valid);
+      }
+    }
+  };
+
+  int32_t acc[MT][NT][4];
+  float facc[EPI == W4A8Epilogue::group ? MT : 1][EPI == W4A8Epilogue::group ? NT : 1][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
+  if constexpr (EPI == W4A8Epilogue::group) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) facc[mt][nt][e] = 0.0f;
+  }
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < num_kb) load_stage(s, kb_begin + s);
+    ptx::cp_async_commit();
+  }
+
+  for (int it = 0; it < num_kb; ++it) {
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage `it` visible to all; stage `it-1` no longer read by anyone
+    {
+      const int pf = it + STAGES - 1;
+      if (pf < num_kb) load_stage(pf % STAGES, kb_begin + pf);
+      ptx::cp_async_commit();
+    }
+    const int kb = kb_begin + it;
+    const uint8_t* base = smem + (it % STAGES) * Cfg::kStageBytes;
+    const uint8_t* a_sh = base;
+    const uint8_t* w_sh = base + Cfg::kABytes;
+    const uint8_t* g_sh = w_sh + Cfg::kWBytes;
+
+    uint4 wq[NT];  // this lane's B fragments for the 4 k32 steps of each n8 tile
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      wq[nt] = ptx::lds128(w_sh + (warp_n * NT + nt) * 512 + lane * 16);
+
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int r = warp_m * Cfg::WM + mt * 16 + (lane & 15);
+        const int c = 2 * j + (lane >> 4);
+        ptx::ldmatrix_x4(af[mt], a_sh + r * 128 + ((c ^ (r & 7)) << 4));
+      }
+      // Group row of this k32 step inside the block's group data.
+      const int grow = Cfg::kGrouped ? (Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP) : 0;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t word = j == 0 ? wq[nt].x : j == 1 ? wq[nt].y : j == 2 ? wq[nt].z : wq[nt].w;
+        uint32_t gs = 1u, offset4 = 0x78787878u;  // s4_sym: u = v + 8 → v + 128 = u + 120
+        if constexpr (EPI == W4A8Epilogue::two_level) {
+          const uint32_t prm = reinterpret_cast<const uint16_t*>(
+              g_sh)[grow * BN + warp_n * Cfg::WN + nt * 8 + (lane >> 2)];
+          gs = prm & 0xFFu;
+          offset4 = (prm >> 8) * 0x01010101u;
+        }
+        uint32_t b[2];
+        b[0] = ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+        b[1] = (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ptx::mma_s8_16832(acc[mt][nt], af[mt], b);
+      }
+      if constexpr (EPI == W4A8Epilogue::group) {
+        // End of a group: fold the exact int32 partial sums into f32 with the group's scale.
+        if (((kb * 4 + j + 1) % (Cfg::GROUP / 32)) == 0) {
+          const float* sc = reinterpret_cast<const float*>(g_sh) + grow * BN;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int col = warp_n * Cfg::WN + nt * 8 + (lane & 3) * 2;
+            const float s0 = sc[col], s1 = sc[col + 1];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              facc[mt][nt][0] = fmaf(s0, float(acc[mt][nt][0]), facc[mt][nt][0]);
+              facc[mt][nt][1] = fmaf(s1, float(acc[mt][nt][1]), facc[mt][nt][1]);
+              facc[mt][nt][2] = fmaf(s0, float(acc[mt][nt][2]), facc[mt][nt][2]);
+              facc[mt][nt][3] = fmaf(s1, float(acc[mt][nt][3]), facc[mt][nt][3]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
+            }
+          }
+        }
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();
+
+  // ---- split-K: park the partial tile, let the last CTA of the tile finish it ---------------
+  const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
+  const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
+  if (p.splits > 1) {
+    __shared__ int is_last;
+    auto* slot = static_cast<uint32_t*>(p.workspace) + int64_t(blockIdx.z) * p.m * p.n;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row_base + mt * 16 + (e >> 1) * 8, col = col_base + nt * 8 + (e & 1);
+          if (row < p.m && col < p.n)
+            slot[int64_t(row) * p.n + col] = EPI == W4A8Epilogue::group
+                                                 ? __float_as_uint(facc[mt][nt][e])
+                                                 : uint32_t(acc[mt][nt][e]);
+        }
+    __threadfence();  // partials visible device-wide before the counter says so
+    __syncthreads();
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    if (tid == 0) is_last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const auto* all = static_cast<const uint32_t*>(p.workspace);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row_base + mt * 16 + (e >> 1) * 8, col = col_base + nt * 8 + (e & 1);
+          if (row >= p.m || col >= p.n) continue;
+          int32_t isum = 0;
+          float fsum = 0.0f;
+          for (int s = 0; s < p.splits; ++s) {  // fixed order: deterministic
+            const uint32_t v = __ldcg(all + (int64_t(s) * p.m + row) * p.n + col);
+            if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(v);
+            else isum += int32_t(v);
+          }
+          acc[mt][nt][e] = isum;
+          if constexpr (EPI == W4A8Epilogue::group) facc[mt][nt][e] = fsum;
+        }
+    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+  }
+
+  // ---- epilogue: rescale, bias, convert, store -------------------------------------------------
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row_base + mt * 16 + half * 8;
+      if (row >= p.m) continue;
+      const float s_a = EPI == W4A8Epilogue::s32 ? 1.0f : p.a_scales[row * p.a_scale_step];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = col_base + nt * 8;
+        if (col >= p.n) continue;
+        const bool two = col + 1 < p.n;
+        const int32_t i0 = acc[mt][nt][half * 2], i1 = acc[mt][nt][half * 2 + 1];
+        if constexpr (EPI == W4A8Epilogue::s32) {
+          int32_t* d = static_cast<int32_t*>(p.d) + int64_t(row) * p.ldd + col;
+          d[0] = i0;
+          if (two) d[1] = i1;
+          continue;
+        } else {
+          float v0, v1;
+          if constexpr (EPI == W4A8Epilogue::group) {
+            v0 = s_a * facc[mt][nt][half * 2];
+            v1 = s_a * facc[mt][nt][half * 2 + 1];
+          } else {
+            v0 = s_a * (p.w_scales[col] * float(i0));
+            v1 = two ? s_a * (p.w_scales[col + 1] * float(i1)) : 0.0f;
+          }
+          if (p.bias != nullptr) {
+            v0 += detail::load_scalar(p.bias, p.bias_dtype, col);
+            if (two) v1 += detail::load_scalar(p.bias, p.bias_dtype, col + 1);
+          }
+          detail::store_pair(p, row, col, v0, v1, two);
+        }
+      }
+    }
+}
+
+}  // namespace nibble::cuda::sm80

@@ -1,0 +1,162 @@
+// GPU tests of the W4A8 tensor-core kernels (sm80_w4a8_gemm) with packed weights, against the
+// CPU reference on the same quantized operands.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "nibble/nibble.h"
+
+namespace nibble {
+namespace {
+
+// The M values the issue names, covering every tile bucket and its edges.
+const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255, 1000};
+
+Tensor gpu_s32(const Tensor& a, const PackedWeight& wd, int64_t m, int64_t n) {
+  Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
+  got.fill_bytes(0xCD);  // poison: every element must be written
+  const Tensor ad = a.to(Device::cuda());
+  gemm_s32(ad.view(), wd.view(), got.view());
+  synchronize(Device::cuda());
+  return got;
+}
+
+TEST(CudaW4A8, S32IsBitExactOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::pair<int64_t, int64_t> nk[] = {{8, 32}, {72, 160}, {264, 4096}, {1000, 544}};
+  for (auto [n, k] : nk) {
+    const Tensor w = random_int(DType::s4, n, k, rng);
+    const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
+    for (int64_t m : kOddM) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+      const Tensor a = random_int(DType::s8, m, k, rng);
+      Tensor ref = Tensor::empty(DType::s32, {m, n});
+      gemm_s32(a.view(), w.view(), ref.view());
+      ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+    }
+  }
+}
+
+TEST(CudaW4A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
+  NIBBLE_REQUIRE_GPU();
+  // K at the largest multiple of 32 within max_int32_accumulation_k(s8, s4): every product at
+  // its extreme, so the exact sum sits next to the int32 bound (and overflows if anything is off).
+  const int64_t k = max_int32_accumulation_k(DType::s8, DType::s4) / 32 * 32;
+  const int64_t m = 3, n = 16;
+  for (auto [a_byte, w_byte] : std::vector<std::pair<uint8_t, uint8_t>>{{0x80, 0x88}, {0x80, 0x77}, {0x7F, 0x88}, {0x81, 0x77}}) {
+    SCOPED_TRACE("a byte " + std::to_string(a_byte) + " w byte " + std::to_string(w_byte));
+    Tensor a = Tensor::empty(DType::s8, {m, k}), w = Tensor::empty(DType::s4, {n, k});
+    a.fill_bytes(a_byte);
+    w.fill_bytes(w_byte);
+    Tensor ref = Tensor::empty(DType::s32, {m, n});
+    gemm_s32(a.view(), w.view(), ref.view());
+    const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
+    EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+  }
+}
+
+TEST(CudaW4A8, SplitKIsDeterministic) {
+  NIBBLE_REQUIRE_GPU();
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const int64_t m = 5, n = 512, k = 8192;  // few tiles, long K: split-K is chosen
+  const Tensor w = random_float(DType::f32, n, k, rng, 0.02f);
+  QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
+  quantize_weight(w.view(), qw.view());
+  const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
+  QuantizedActivation qa(ActScheme::s8_per_token, m, k);
+  quantize_activation(random_float(DType::bf16, m, k, rng).view(), qa.view());
+  const QuantizedActivation qad = qa.to(Device::cuda());
+  Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
+  linear(qad.view(), wd.view(), nullptr, d1.view());
+  for (int i = 0; i < 5; ++i) linear(qad.view(), wd.view(), nullptr, d2.view());
+  synchronize(Device::cuda());
+  EXPECT_TRUE(same_bytes(d1, d2));
+  EXPECT_NE(explain(parse_linear_format("w4a8_g128"), m, n, k, Device::cuda()).find("split-K"),
+            std::string::npos);
+}
+
+struct LinearCase {
+  const char* format;
+  DType out;
+};
+
+class CudaW4A8Linear : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format(GetParam().format);
+  const DType out = GetParam().out;
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  // K = 352 is not a multiple of the layout's 128: exercises the zero-filled K tail.
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}};
+  for (auto [n, k] : nk) {
+    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+    const Tensor w = random_float(DType::f32, n, k, rng, 0.02f);
+    QuantizedWeight qw(f.weight, n, k);
+    quantize_weight(w.view(), qw.view());
+    const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
+    const Tensor bias = random_float(DType::bf16, 1, n, rng);
+    const Tensor bias_d = bias.to(Device::cuda());
+    const TensorView bias_v = as_vector(bias), bias_dv = as_vector(bias_d);
+    for (int64_t m : kOddM) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+      QuantizedActivation qa(f.act, m, k);
+      const Tensor x = random_float(DType::bf16, m, k, rng);
+      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
+      else quantize_activation(x.view(), qa.view());
+      Tensor ref = Tensor::empty(out, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
+      got.fill_bytes(0xFF);  // NaN in every float dtype
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      linear(qad.view(), wd.view(), &bias_dv, got.view());
+      synchronize(Device::cuda());
+      ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CudaW4A8Linear,
+    ::testing::Values(LinearCase{"w4a8_pc", DType::bf16}, LinearCase{"w4a8_pc", DType::f32},
+                      LinearCase{"w4a8_g128", DType::bf16}, LinearCase{"w4a8_g128", DType::f32},
+                      LinearCase{"w4a8_g32", DType::f16}, LinearCase{"w4a8_g64", DType::f32},
+                      LinearCase{"w4a8_g256", DType::f32}, LinearCase{"w4a8_g128_2level", DType::bf16},
+                      LinearCase{"w4a8_g128_2level", DType::f32}, LinearCase{"w4a8_g32_2level", DType::f32},
+                      LinearCase{"w4a8_pc_static", DType::bf16}),
+    [](const auto& p) {
+      return std::string(p.param.format) + "_" + to_string(p.param.out);
+    });
+
+TEST(CudaW4A8, RejectsMisalignedActivationsBeforeLaunch) {
+  NIBBLE_REQUIRE_GPU();
+  const int64_t m = 4, n = 64, k = 64;
+  QuantizedWeight qw(parse_weight_format("w4_pc"), n, k);
+  std::mt19937 rng(fresh_seed());
+  quantize_weight(random_float(DType::f32, n, k, rng).view(), qw.view());
+  const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
+  QuantizedActivation qa(ActScheme::s8_per_token, m, k + 16, Device::cuda());
+  QuantizedActivationView v = qa.view();
+  v.q.shape[1] = k;
+  v.q.data = static_cast<int8_t*>(v.q.data) + 1;  // misaligned base
+  Tensor d = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+  try {
+    linear(v, wd.view(), nullptr, d.view());
+    FAIL() << "expected an alignment error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("'a.q'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nibble
