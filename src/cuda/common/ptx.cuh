@@ -64,6 +64,13 @@ __device__ __forceinline__ void mma_s8_16832(int32_t (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/// 32-bit shared-memory load.
+__device__ __forceinline__ uint32_t lds32(const void* smem) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr(smem)));
+  return v;
+}
+
 /// 128-bit shared-memory load.
 __device__ __forceinline__ uint4 lds128(const void* smem) {
   uint4 v;

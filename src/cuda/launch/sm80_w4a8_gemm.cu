@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "common/check.h"
@@ -21,15 +22,17 @@ using sm80::W4A8GemmParams;
 
 namespace {
 
-// Tile shapes, by M bucket. Small M is a weight stream: a thin 16-row tile, deep pipeline, and
-// split-K to put every SM to work. Large M is compute: 128×128 tiles, 8 warps of 64×32.
+// Tile shapes, by M bucket. Small M is a weight stream: a thin tile, a deep pipeline and
+// split-K to put every SM to work; warps split N only, so no two warps convert the same
+// weights. Large M is compute: 128×256 tiles of 64×64 warp tiles (32 MMAs per 8 converted
+// B fragments); the f32 group epilogue needs a second accumulator set and the two-level
+// conversion its per-column group parameters, so those keep 128×128 (64×32 warps) to stay
+// within 255 registers without spills.
 enum class Tile : int { m16, m32, m64, m128 };
 
 struct TileInfo {
   int bm, bn, warps, stages;
 };
-// Must agree with the Instance specialisations below.
-constexpr TileInfo kTiles[] = {{16, 128, 4, 6}, {32, 128, 8, 5}, {64, 128, 8, 4}, {128, 128, 8, 4}};
 
 template <Tile T, W4A8Epilogue E, int G>
 struct Instance;
@@ -39,16 +42,35 @@ struct Instance<Tile::m16, E, G> {
 };
 template <W4A8Epilogue E, int G>
 struct Instance<Tile::m32, E, G> {
-  using Cfg = sm80::W4A8GemmConfig<32, 128, 2, 4, 5, E, G>;
+  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, G>;
 };
 template <W4A8Epilogue E, int G>
 struct Instance<Tile::m64, E, G> {
-  using Cfg = sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>;
+  using Cfg = sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, G>;
 };
 template <W4A8Epilogue E, int G>
 struct Instance<Tile::m128, E, G> {
-  using Cfg = sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>;
+  using Cfg = std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
+                                 sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>,
+                                 sm80::W4A8GemmConfig<128, 256, 2, 4, 4, E, G>>;
 };
+
+template <Tile T, W4A8Epilogue E>
+TileInfo tile_info() {
+  using Cfg = typename Instance<T, E, E == W4A8Epilogue::group ? 128 : 0>::Cfg;
+  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
+}
+
+TileInfo tile_info(Tile t, W4A8Epilogue e) {
+  const bool g = e == W4A8Epilogue::group || e == W4A8Epilogue::two_level;
+  switch (t) {
+    case Tile::m16: return g ? tile_info<Tile::m16, W4A8Epilogue::group>() : tile_info<Tile::m16, W4A8Epilogue::s32>();
+    case Tile::m32: return g ? tile_info<Tile::m32, W4A8Epilogue::group>() : tile_info<Tile::m32, W4A8Epilogue::s32>();
+    case Tile::m64: return g ? tile_info<Tile::m64, W4A8Epilogue::group>() : tile_info<Tile::m64, W4A8Epilogue::s32>();
+    case Tile::m128: return g ? tile_info<Tile::m128, W4A8Epilogue::group>() : tile_info<Tile::m128, W4A8Epilogue::s32>();
+  }
+  return {};
+}
 
 template <Tile T, W4A8Epilogue E, int G>
 void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
@@ -122,10 +144,11 @@ Workspace& workspace_for(int device, Stream stream, size_t partial_bytes, size_t
 
 }  // namespace
 
-W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, int group, int sm_count) {
+W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
+                        int group, int sm_count) {
   W4A8Plan plan;
   plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
-  const TileInfo& t = kTiles[plan.tile];
+  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue);
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
@@ -161,7 +184,7 @@ std::string describe(const W4A8Plan& plan) {
 
 void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
-  const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k_pad, l.group, dev.sm_count);
+  const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, l.group, dev.sm_count);
   W4A8GemmParams p;
   p.a = static_cast<const int8_t*>(l.a);
   p.lda = l.lda;

@@ -37,7 +37,8 @@ struct W4A8Plan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
 };
-W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, int group, int sm_count);
+W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, sm80::W4A8Epilogue epilogue,
+                        int group, int sm_count);
 std::string describe(const W4A8Plan& plan);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);

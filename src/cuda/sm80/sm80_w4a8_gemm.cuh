@@ -145,6 +145,17 @@ __device__ __forceinline__ void store_pair(const W4A8GemmParams& p, int row, int
   }
 }
 
+/// The output value of one element before conversion: scales applied in the reference's order
+/// (s_a · (s_w · acc) per channel / two-level, s_a · Σ_g per group), then the bias.
+template <W4A8Epilogue EPI>
+__device__ __forceinline__ float finish(const W4A8GemmParams& p, int row, int col, int32_t acc,
+                                        float facc) {
+  const float s_a = p.a_scales[row * p.a_scale_step];
+  float v = EPI == W4A8Epilogue::group ? s_a * facc : s_a * (p.w_scales[col] * float(acc));
+  if (p.bias != nullptr) v += load_scalar(p.bias, p.bias_dtype, col);
+  return v;
+}
+
 }  // namespace detail
 
 template <class Cfg>
@@ -157,7 +168,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  // Grouped rasterization: consecutive CTAs walk 8 M-tiles down one N column before moving
+  // right, so the CTAs resident at one time share their A rows and W columns in L2.
+  const int tiles_n = gridDim.x, tiles_m = gridDim.y;
+  const int linear = blockIdx.y * tiles_n + blockIdx.x;
+  constexpr int kGroupM = 8;
+  const int band = linear / (kGroupM * tiles_n), band_m0 = band * kGroupM;
+  const int band_rows = min(kGroupM, tiles_m - band_m0);
+  const int in_band = linear - band * kGroupM * tiles_n;
+  const int tile_m = band_m0 + in_band % band_rows, tile_n = in_band / band_rows;
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int kb_begin = blockIdx.z * p.kblocks_per_split;
   const int kb_end = min(p.kblocks, kb_begin + p.kblocks_per_split);
   const int num_kb = kb_end - kb_begin;
@@ -240,10 +260,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint8_t* w_sh = base + Cfg::kABytes;
     const uint8_t* g_sh = w_sh + Cfg::kWBytes;
 
-    uint4 wq[NT];  // this lane's B fragments for the 4 k32 steps of each n8 tile
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      wq[nt] = ptx::lds128(w_sh + (warp_n * NT + nt) * 512 + lane * 16);
+    // This lane's 16 bytes of each n8 block hold its B fragments for the block's 4 k32 steps;
+    // they are read one 4-byte word per step (not all 16 at once) to keep 3·NT registers free
+    // for the 64×64 warp tiles.
+    const uint8_t* w_lane = w_sh + warp_n * NT * 512 + lane * 16;
 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -258,7 +278,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int grow = Cfg::kGrouped ? (Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP) : 0;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t word = j == 0 ? wq[nt].x : j == 1 ? wq[nt].y : j == 2 ? wq[nt].z : wq[nt].w;
+        const uint32_t word = ptx::lds32(w_lane + nt * 512 + j * 4);
         uint32_t gs = 1u, offset4 = 0x78787878u;  // s4_sym: u = v + 8 → v + 128 = u + 120
         if constexpr (EPI == W4A8Epilogue::two_level) {
           const uint32_t prm = reinterpret_cast<const uint16_t*>(
@@ -316,41 +336,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
     __threadfence();  // partials visible device-wide before the counter says so
     __syncthreads();
-    const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+    const int tile = tile_m * tiles_n + tile_n;
     if (tid == 0) is_last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
+    // Coalesced: consecutive threads take consecutive columns of one row of the tile, summing
+    // the split slots in split order (deterministic), then finish each element.
     const auto* all = static_cast<const uint32_t*>(p.workspace);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row_base + mt * 16 + (e >> 1) * 8, col = col_base + nt * 8 + (e & 1);
-          if (row >= p.m || col >= p.n) continue;
-          int32_t isum = 0;
-          float fsum = 0.0f;
-          for (int s = 0; s < p.splits; ++s) {  // fixed order: deterministic
-            const uint32_t v = __ldcg(all + (int64_t(s) * p.m + row) * p.n + col);
-            if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(v);
-            else isum += int32_t(v);
-          }
-          acc[mt][nt][e] = isum;
-          if constexpr (EPI == W4A8Epilogue::group) facc[mt][nt][e] = fsum;
-        }
+    for (int idx = tid; idx < BM * BN; idx += Cfg::kThreads) {
+      const int row = m0 + idx / BN, col = n0 + idx % BN;
+      if (row >= p.m || col >= p.n) continue;
+      int32_t isum = 0;
+      float fsum = 0.0f;
+      for (int s = 0; s < p.splits; ++s) {
+        const uint32_t v = __ldcg(all + (int64_t(s) * p.m + row) * p.n + col);
+        if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(v);
+        else isum += int32_t(v);
+      }
+      if constexpr (EPI == W4A8Epilogue::s32) {
+        static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = isum;
+      } else {
+        const float v = detail::finish<EPI>(p, row, col, isum, fsum);
+        detail::store_pair(p, row, col, v, 0.0f, false);
+      }
+    }
     if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+    return;
   }
 
   // ---- epilogue: rescale, bias, convert, store -------------------------------------------------
+  auto facc_of = [&](int mt, int nt, int e) {
+    if constexpr (EPI == W4A8Epilogue::group) return facc[mt][nt][e];
+    else return 0.0f;
+  };
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row_base + mt * 16 + half * 8;
       if (row >= p.m) continue;
-      const float s_a = EPI == W4A8Epilogue::s32 ? 1.0f : p.a_scales[row * p.a_scale_step];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = col_base + nt * 8;
@@ -363,18 +388,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (two) d[1] = i1;
           continue;
         } else {
-          float v0, v1;
-          if constexpr (EPI == W4A8Epilogue::group) {
-            v0 = s_a * facc[mt][nt][half * 2];
-            v1 = s_a * facc[mt][nt][half * 2 + 1];
-          } else {
-            v0 = s_a * (p.w_scales[col] * float(i0));
-            v1 = two ? s_a * (p.w_scales[col + 1] * float(i1)) : 0.0f;
-          }
-          if (p.bias != nullptr) {
-            v0 += detail::load_scalar(p.bias, p.bias_dtype, col);
-            if (two) v1 += detail::load_scalar(p.bias, p.bias_dtype, col + 1);
-          }
+          const float v0 = detail::finish<EPI>(p, row, col, i0, facc_of(mt, nt, half * 2));
+          const float v1 =
+              two ? detail::finish<EPI>(p, row, col + 1, i1, facc_of(mt, nt, half * 2 + 1)) : 0.0f;
           detail::store_pair(p, row, col, v0, v1, two);
         }
       }
