@@ -44,30 +44,48 @@ template <W4A8Epilogue E, int G>
 struct Instance<Tile::m32, E, G> {
   using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, G>;
 };
+// The f32 group epilogue with 32-wide groups rescales after every k32 step; its 64-accumulator
+// warp tiles would spill, so it uses 32×32 warp tiles (8 warps) at M > 32.
 template <W4A8Epilogue E, int G>
 struct Instance<Tile::m64, E, G> {
-  using Cfg = sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, G>;
+  using Cfg = std::conditional_t<E == W4A8Epilogue::group,
+                                 sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>,
+                                 sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, G>>;
 };
 template <W4A8Epilogue E, int G>
 struct Instance<Tile::m128, E, G> {
-  using Cfg = std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
-                                 sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>,
-                                 sm80::W4A8GemmConfig<128, 256, 2, 4, 4, E, G>>;
+  using Cfg = std::conditional_t<
+      E == W4A8Epilogue::group && G == 32, sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>,
+      std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
+                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>,
+                         sm80::W4A8GemmConfig<128, 256, 2, 4, 4, E, G>>>;
 };
 
-template <Tile T, W4A8Epilogue E>
+template <Tile T, W4A8Epilogue E, int G>
 TileInfo tile_info() {
-  using Cfg = typename Instance<T, E, E == W4A8Epilogue::group ? 128 : 0>::Cfg;
+  using Cfg = typename Instance<T, E, G>::Cfg;
   return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
 }
 
-TileInfo tile_info(Tile t, W4A8Epilogue e) {
-  const bool g = e == W4A8Epilogue::group || e == W4A8Epilogue::two_level;
+template <Tile T>
+TileInfo tile_info(W4A8Epilogue e, int group) {
+  switch (e) {
+    case W4A8Epilogue::s32:
+    case W4A8Epilogue::per_channel: return tile_info<T, W4A8Epilogue::per_channel, 0>();
+    case W4A8Epilogue::two_level: return tile_info<T, W4A8Epilogue::two_level, 128>();
+    case W4A8Epilogue::group:
+      return group == 32 ? tile_info<T, W4A8Epilogue::group, 32>()
+                         : tile_info<T, W4A8Epilogue::group, 128>();
+  }
+  return {};
+}
+
+TileInfo tile_info(Tile t, W4A8Epilogue e, int group) {
   switch (t) {
-    case Tile::m16: return g ? tile_info<Tile::m16, W4A8Epilogue::group>() : tile_info<Tile::m16, W4A8Epilogue::s32>();
-    case Tile::m32: return g ? tile_info<Tile::m32, W4A8Epilogue::group>() : tile_info<Tile::m32, W4A8Epilogue::s32>();
-    case Tile::m64: return g ? tile_info<Tile::m64, W4A8Epilogue::group>() : tile_info<Tile::m64, W4A8Epilogue::s32>();
-    case Tile::m128: return g ? tile_info<Tile::m128, W4A8Epilogue::group>() : tile_info<Tile::m128, W4A8Epilogue::s32>();
+    case Tile::m16: return tile_info<Tile::m16>(e, group);
+    case Tile::m32: return tile_info<Tile::m32>(e, group);
+    case Tile::m64: return tile_info<Tile::m64>(e, group);
+    case Tile::m128: return tile_info<Tile::m128>(e, group);
   }
   return {};
 }
@@ -148,7 +166,7 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue ep
                         int group, int sm_count) {
   W4A8Plan plan;
   plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
-  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue);
+  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, group);
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
