@@ -261,37 +261,54 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint8_t* g_sh = w_sh + Cfg::kWBytes;
 
     // This lane's 16 bytes of each n8 block hold its B fragments for the block's 4 k32 steps;
-    // they are read one 4-byte word per step (not all 16 at once) to keep 3·NT registers free
-    // for the 64×64 warp tiles.
+    // they are read one 4-byte word per step (not all 16 at once) to keep registers for the
+    // 64×64 warp tiles. Fragments are double-buffered in registers: step j+1's shared-memory
+    // loads are issued before step j's MMAs, so their latency hides behind the tensor cores
+    // (the asm statements are volatile and keep their program order).
     const uint8_t* w_lane = w_sh + warp_n * NT * 512 + lane * 16;
-
+    uint32_t af[2][MT][4], bw[2][NT], prm[2][NT];
+    auto load_fragments = [&](int j, uint32_t (&a_frag)[MT][4], uint32_t (&b_word)[NT],
+                              uint32_t (&b_param)[NT]) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t af[MT][4];
+      for (int nt = 0; nt < NT; ++nt) b_word[nt] = ptx::lds32(w_lane + nt * 512 + j * 4);
+      if constexpr (EPI == W4A8Epilogue::two_level) {
+        const int grow = Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          b_param[nt] = reinterpret_cast<const uint16_t*>(
+              g_sh)[grow * BN + warp_n * Cfg::WN + nt * 8 + (lane >> 2)];
+      }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int r = warp_m * Cfg::WM + mt * 16 + (lane & 15);
         const int c = 2 * j + (lane >> 4);
-        ptx::ldmatrix_x4(af[mt], a_sh + r * 128 + ((c ^ (r & 7)) << 4));
+        ptx::ldmatrix_x4(a_frag[mt], a_sh + r * 128 + ((c ^ (r & 7)) << 4));
       }
+    };
+    load_fragments(0, af[0], bw[0], prm[0]);
+
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int cur = j & 1;
+      if (j < 3) load_fragments(j + 1, af[cur ^ 1], bw[cur ^ 1], prm[cur ^ 1]);
       // Group row of this k32 step inside the block's group data.
       const int grow = Cfg::kGrouped ? (Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP) : 0;
+      uint32_t b[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t word = ptx::lds32(w_lane + nt * 512 + j * 4);
         uint32_t gs = 1u, offset4 = 0x78787878u;  // s4_sym: u = v + 8 → v + 128 = u + 120
         if constexpr (EPI == W4A8Epilogue::two_level) {
-          const uint32_t prm = reinterpret_cast<const uint16_t*>(
-              g_sh)[grow * BN + warp_n * Cfg::WN + nt * 8 + (lane >> 2)];
-          gs = prm & 0xFFu;
-          offset4 = (prm >> 8) * 0x01010101u;
+          gs = prm[cur][nt] & 0xFFu;
+          offset4 = (prm[cur][nt] >> 8) * 0x01010101u;
         }
-        uint32_t b[2];
-        b[0] = ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
-        b[1] = (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) ptx::mma_s8_16832(acc[mt][nt], af[mt], b);
+        const uint32_t word = bw[cur][nt];
+        b[nt][0] = ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+        b[nt][1] = (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
       }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) ptx::mma_s8_16832(acc[mt][nt], af[cur][mt], b[nt]);
       if constexpr (EPI == W4A8Epilogue::group) {
         // End of a group: fold the exact int32 partial sums into f32 with the group's scale.
         if (((kb * 4 + j + 1) % (Cfg::GROUP / 32)) == 0) {
