@@ -58,7 +58,7 @@ struct Instance<Tile::m128, E, G> {
       E == W4A8Epilogue::group && G == 32, sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>,
       std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
                          sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>,
-                         sm80::W4A8GemmConfig<128, 256, 2, 4, 4, E, G>>>;
+                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2>>>;
 };
 
 template <Tile T, W4A8Epilogue E, int G>

@@ -75,9 +75,13 @@ struct W4A8GemmParams {
   int* counters = nullptr;        // one per output tile, zero between calls
 };
 
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_>
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
+          int MIN_BLOCKS_ = 1>
 struct W4A8GemmConfig {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  /// CTAs per SM the register budget must allow (__launch_bounds__): the tensor pipe needs
+  /// several warps per scheduler to stay busy, so large tiles trade registers for occupancy.
+  static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int STAGES = STAGES_, GROUP = GROUP_;
   static constexpr W4A8Epilogue EPI = EPI_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
@@ -159,7 +163,7 @@ __device__ __forceinline__ float finish(const W4A8GemmParams& p, int row, int co
 }  // namespace detail
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     sm80_w4a8_gemm_kernel(const __grid_constant__ W4A8GemmParams p) {
   using ptx::cp_async_16;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT, NT = Cfg::NT, STAGES = Cfg::STAGES;
