@@ -21,7 +21,7 @@ status=0
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv
   nvcc --version | tail -2; cmake --version | head -1; } > "$out/build.log" 2>&1
 t0=$(date +%s)
-cmake --preset "$preset" -DNIBBLE_WERROR=ON >> "$out/build.log" 2>&1 &&
+cmake --preset "$preset" -DNIBBLE_WERROR=${NIBBLE_WERROR:-ON} >> "$out/build.log" 2>&1 &&
   cmake --build --preset "$preset" -j "$(nproc)" >> "$out/build.log" 2>&1
 build_rc=$?
 build_s=$(( $(date +%s) - t0 ))
