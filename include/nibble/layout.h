@@ -7,16 +7,18 @@
 //
 // Layout w4_mma_k128 (version 1), for int4 weights on mma.sync.m16n8k32 (sm_80+):
 //   N is padded to a multiple of 8 and K to a multiple of 128. The matrix is cut into blocks of
-//   8 rows (n) × 128 columns (k); block (nb, kb) is 512 contiguous bytes at ((nb·K/128)+kb)·512,
+//   8 rows (n) × 128 columns (k); block (nb, kb) is 512 contiguous bytes at ((nb·K_pad/128)+kb)·512,
 //   so one block is one 16-byte load per lane of a warp. Lane l = 4g + c (g = l/4, c = l%4)
 //   owns bytes [16l, 16l+16): word j ∈ 0..3 covers the k32 step j, and its byte b holds
 //     low nibble  = u(n = 8nb + g, k = 128kb + 32j + 4c + b)
 //     high nibble = u(n = 8nb + g, k = 128kb + 32j + 16 + 4c + b)
 //   which are exactly the B-fragment registers b[0] and b[1] of that lane for that k32 step.
 //   Nibbles are unsigned: u = v + 8 for s4_sym weights, u = q for s4_two_level weights; padding
-//   is u = 8 (zero weight). Scales become f32: per channel (N_pad), per group (K_pad/G, N_pad),
-//   and two-level group parameters are u16 (K_pad/G, N_pad) holding g_s | (128 − g_s·g_z) << 8,
-//   so the kernel's int8 weight is ((u · g_s) + (128 − g_s·g_z)) XOR 0x80 (see sm80_w4a8_gemm).
+//   nibbles are u = 8. Scales become f32: per channel (N_pad), per group (K_pad/G, N_pad), and
+//   two-level group parameters are u8 (K_pad/G, 2·N_pad) byte pairs (g_s, 128 − g_s·g_z), so
+//   the kernel's int8 weight is ((u · g_s) + (128 − g_s·g_z)) XOR 0x80 (see sm80_w4a8_gemm).
+//   Padded rows and groups have zero scales and parameters; they only ever meet zero-filled
+//   activations (k ≥ K) or unstored outputs (n ≥ N), so they never change a result.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +48,7 @@ struct PackedWeightView {
   int64_t n_pad = 0, k_pad = 0;  ///< padded sizes of the layout
   TensorView q;             ///< u8 (n_pad/8 · k_pad/128 · 512) bytes
   TensorView scales;        ///< f32 (n_pad) or (k_pad/G, n_pad)
-  TensorView group_params;  ///< two-level only: u16 (k_pad/G, n_pad)
+  TensorView group_params;  ///< two-level only: u8 (k_pad/G, 2·n_pad) pairs (g_s, offset)
 };
 
 /// Owns a packed weight.

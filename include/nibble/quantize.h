@@ -44,11 +44,13 @@ struct WeightStorage {
 WeightStorage weight_storage(const WeightFormat& f, int64_t n, int64_t k);
 
 /// Quantizes w (N, K) f32/f16/bf16, row-major, on the CPU, with round-to-nearest of min-max
-/// statistics. Symmetric: s = max|w|/qmax. Asymmetric: the group range is widened to include
-/// 0, s = (max − min)/15. Scales are rounded to their storage dtype before q is computed (and
-/// nudged up by one step if rounding would clip), so |w − deq(q)| ≤ s/2 for every format
-/// except u4_fzp (bound s/2 plus half a step of the stored zero). Two-level: per-channel int8
-/// in the protective range [-119, 119], then per group uint4 with integer scale and zero.
+/// statistics. Symmetric: s = max|w|/qmax. u4_asym: the group range is widened to include 0,
+/// s = (max − min)/15, integer zero z = round(−min/s). u4_fzp: the group's own min and max,
+/// s = (max − min)/15, float zero = min + 8s. Scales are rounded to their storage dtype before q
+/// is computed (and nudged up by one step if rounding would clip), so |w − deq(q)| ≤ s/2 for
+/// s4_sym, s8_sym and u4_asym; u4_fzp adds half a step of the stored zero. Two-level:
+/// per-channel int8 w8 in the protective range [-119, 119] (step s_ch), then per group uint4
+/// with integer scale g_s and zero g_z; the bound is s_ch·(1 + g_s)/2. docs/formats.md.
 void quantize_weight(const TensorView& w, const QuantizedWeightView& out);
 
 /// Dequantizes to f32 (N, K) on the CPU: the exact inverse mapping of the format.

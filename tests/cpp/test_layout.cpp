@@ -44,7 +44,8 @@ TEST_P(LayoutPackFormat, PackKeepsEveryValueAndTheCpuResult) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  // N and K not multiples of the layout's 8 × 128 blocks (K a multiple of the group).
+  // N not a multiple of 8; K not a multiple of 128 where the group allows (K = 352 for per
+  // channel and g32; g128 needs K = 640, a multiple of 128).
   const int64_t m = 5, n = 21, k = f.weight.group_size == 128 ? 640 : 352;
   QuantizedWeight qw(f.weight, n, k);
   quantize_weight(random_float(DType::f32, n, k, rng, 0.05f).view(), qw.view());

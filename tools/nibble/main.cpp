@@ -143,6 +143,15 @@ int run_bench(int argc, char** argv) {
 #endif
 }
 
+int run_layout(const Args& args) {
+  const std::string name = args.get("print", "w4_mma_k128");
+  if (name != "w4_mma_k128" && name != "1")
+    throw Error(ErrorCode::invalid_argument,
+                "nibble layout: unknown layout '" + name + "' (known: w4_mma_k128)");
+  std::printf("%s", describe_layout(WeightLayout::w4_mma_k128).c_str());
+  return 0;
+}
+
 void usage() {
   std::printf(
       "usage: nibble <command> [options]\n"
@@ -152,6 +161,8 @@ void usage() {
       "       [--seed S] [--reps R]\n"
       "                       quantize random Llama-shaped weights, run each format, print\n"
       "                       its error against the float product and its time\n"
+      "  layout --print [w4_mma_k128]\n"
+      "                       which (n, k) each lane's bytes hold in a packed weight block\n"
       "  bench gemm [--m 1,16,...] [--shapes llama3-8b.o,4096x4096,...] [--formats ...]\n"
       "       [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"
       "                       time W4A8 against cuBLAS bf16 and cuBLASLt int8 (GPU)\n");
@@ -171,6 +182,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return run_info();
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);
+    if (cmd == "layout") return run_layout(parse_args(argc, argv, 2, {"print"}));
     if (cmd == "demo")
       return run_demo(parse_args(argc, argv, 2, {"device", "m", "n", "k", "formats", "seed", "reps"}));
     if (cmd == "help" || cmd == "--help" || cmd == "-h") {

@@ -149,8 +149,9 @@ __device__ __forceinline__ void store_pair(const W4A8GemmParams& p, int row, int
   }
 }
 
-/// The output value of one element before conversion: scales applied in the reference's order
-/// (s_a · (s_w · acc) per channel / two-level, s_a · Σ_g per group), then the bias.
+/// The output value of one element before conversion: s_a · (s_w · acc) per channel and
+/// two-level, s_a · Σ_g per group (that sum is accumulated with FMA, so it differs from the
+/// reference's separate multiply and add by rounding only), then the bias.
 template <W4A8Epilogue EPI>
 __device__ __forceinline__ float finish(const W4A8GemmParams& p, int row, int col, int32_t acc,
                                         float facc) {
@@ -362,24 +363,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    // Coalesced: consecutive threads take consecutive columns of one row of the tile, summing
-    // the split slots in split order (deterministic), then finish each element.
+    // Coalesced and latency-tolerant: each thread takes 4 consecutive columns of one tile row and
+    // issues the loads of every split before summing them in split order (deterministic), so a
+    // pass waits for one round trip to L2 instead of one per split.
+    constexpr int kVec = 4, kMaxSplits = 16;  // plan_sm80_w4a8 never makes more than 16 splits
     const auto* all = static_cast<const uint32_t*>(p.workspace);
-    for (int idx = tid; idx < BM * BN; idx += Cfg::kThreads) {
-      const int row = m0 + idx / BN, col = n0 + idx % BN;
-      if (row >= p.m || col >= p.n) continue;
-      int32_t isum = 0;
-      float fsum = 0.0f;
-      for (int s = 0; s < p.splits; ++s) {
-        const uint32_t v = __ldcg(all + (int64_t(s) * p.m + row) * p.n + col);
-        if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(v);
-        else isum += int32_t(v);
-      }
-      if constexpr (EPI == W4A8Epilogue::s32) {
-        static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = isum;
-      } else {
-        const float v = detail::finish<EPI>(p, row, col, isum, fsum);
-        detail::store_pair(p, row, col, v, 0.0f, false);
+    for (int base = tid * kVec; base < BM * BN; base += Cfg::kThreads * kVec) {
+      const int row = m0 + base / BN, col0 = n0 + base % BN;
+      if (row >= p.m || col0 >= p.n) continue;
+      uint32_t part[kMaxSplits][kVec];
+#pragma unroll
+      for (int s = 0; s < kMaxSplits; ++s)
+#pragma unroll
+        for (int v = 0; v < kVec; ++v)
+          if (s < p.splits && col0 + v < p.n)
+            part[s][v] = __ldcg(all + (int64_t(s) * p.m + row) * p.n + col0 + v);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        const int col = col0 + v;
+        if (col >= p.n) break;
+        int32_t isum = 0;
+        float fsum = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kMaxSplits; ++s) {
+          if (s >= p.splits) break;
+          if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(part[s][v]);
+          else isum += int32_t(part[s][v]);
+        }
+        if constexpr (EPI == W4A8Epilogue::s32) {
+          static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = isum;
+        } else {
+          const float out = detail::finish<EPI>(p, row, col, isum, fsum);
+          detail::store_pair(p, row, col, out, 0.0f, false);
+        }
       }
     }
     if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
