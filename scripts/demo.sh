@@ -5,6 +5,7 @@
 #   usage: scripts/demo.sh [nibble demo options, e.g. --m 1 --device cpu]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/ensure-deps.sh
 preset="${NIBBLE_PRESET:-ci}"
 cmake --preset "$preset" > /dev/null
 cmake --build --preset "$preset" -j "$(nproc)" > /dev/null

@@ -4,6 +4,7 @@
 #   usage: scripts/test.sh            (preset "ci": warnings are errors)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/ensure-deps.sh
 preset="${NIBBLE_PRESET:-ci}"
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
