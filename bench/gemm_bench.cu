@@ -128,30 +128,13 @@ struct Record {
 };
 
 // One packed W4A8 weight in device memory, random contents in the layout's valid range.
-struct PackedCopy {
-  PackedWeight w;
-};
-
 PackedWeight random_packed(const WeightFormat& f, int64_t n, int64_t k, uint64_t seed) {
-  PackedWeight p;
-  p.layout = WeightLayout::w4_mma_k128;
-  p.version = kW4MmaK128Version;
-  p.format = f;
-  p.n = n;
-  p.k = k;
-  p.n_pad = (n + 7) / 8 * 8;
-  p.k_pad = (k + 127) / 128 * 128;
-  const Device dev = Device::cuda();
-  p.q = Tensor(DType::u8, {p.n_pad * p.k_pad / 2}, dev);
+  PackedWeight p = allocate_packed_weight(f, n, k, Device::cuda());
   fill_random(p.q.data(), p.q.nbytes(), seed);
-  const bool two_level = f.scheme == WeightScheme::s4_two_level;
-  const int64_t groups = f.per_channel() ? 0 : (p.k_pad + f.group_size - 1) / f.group_size;
-  p.scales = f.per_channel() || two_level ? Tensor(DType::f32, {p.n_pad}, dev)
-                                          : Tensor(DType::f32, {groups, p.n_pad}, dev);
   fill_f32(p.scales.data(), p.scales.view().numel(), 1e-3f, 2e-3f, seed + 1);
+  const bool two_level = f.scheme == WeightScheme::s4_two_level;
   if (two_level) {
-    p.group_params = Tensor(DType::u8, {groups, 2 * p.n_pad}, dev);
-    std::vector<uint8_t> host(static_cast<size_t>(groups * 2 * p.n_pad));
+    std::vector<uint8_t> host(static_cast<size_t>(p.group_params.nbytes()));
     std::mt19937 rng(static_cast<uint32_t>(seed));
     for (size_t i = 0; i < host.size(); i += 2) {
       const int gs = 1 + static_cast<int>(rng() % 8), gz = static_cast<int>(rng() % 16);

@@ -64,6 +64,12 @@ struct PackedWeight {
   Tensor q, scales, group_params;
 };
 
+/// Allocates an empty w4_mma_k128 weight of `format` for an N×K matrix on `device`, with the
+/// layout's padded sizes: every nibble u = 8, scales and group parameters zero. pack_weight
+/// fills one on the host; benchmarks fill one with random contents directly on the GPU.
+PackedWeight allocate_packed_weight(const WeightFormat& format, int64_t n, int64_t k,
+                                    Device device = Device::cpu());
+
 /// Repacks a quantized weight (on the CPU) into the layout its format's kernels read, then
 /// copies it to `device`. Supported: s4_sym (per channel or any group size) and s4_two_level.
 PackedWeight pack_weight(const QuantizedWeightView& w, Device device = Device::cpu());

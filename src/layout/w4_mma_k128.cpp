@@ -12,8 +12,9 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// An empty packed weight of the right sizes on the CPU: every nibble u = 8 (weight 0), scales 0.
-PackedWeight allocate_packed(const WeightFormat& f, bool has_scales, int64_t n, int64_t k) {
+// An empty packed weight of the right sizes: every nibble u = 8 (weight 0), scales zero.
+PackedWeight allocate_packed(const WeightFormat& f, bool has_scales, int64_t n, int64_t k,
+                             Device device = Device::cpu()) {
   PackedWeight p;
   p.layout = WeightLayout::w4_mma_k128;
   p.version = kW4MmaK128Version;
@@ -23,16 +24,16 @@ PackedWeight allocate_packed(const WeightFormat& f, bool has_scales, int64_t n, 
   p.k = k;
   p.n_pad = round_up(n, 8);
   p.k_pad = round_up(k, 128);
-  p.q = Tensor(DType::u8, {p.n_pad * p.k_pad / 2});
+  p.q = Tensor(DType::u8, {p.n_pad * p.k_pad / 2}, device);
   p.q.fill_bytes(0x88);
   if (!has_scales) return p;
   const bool two_level = f.scheme == WeightScheme::s4_two_level;
   const int64_t groups = f.per_channel() ? 0 : (p.k_pad + f.group_size - 1) / f.group_size;
-  p.scales = f.per_channel() || two_level ? Tensor(DType::f32, {p.n_pad})
-                                          : Tensor(DType::f32, {groups, p.n_pad});
+  p.scales = f.per_channel() || two_level ? Tensor(DType::f32, {p.n_pad}, device)
+                                          : Tensor(DType::f32, {groups, p.n_pad}, device);
   p.scales.fill_bytes(0);
   if (two_level) {
-    p.group_params = Tensor(DType::u8, {groups, p.n_pad * 2});  // u16 (g_s, offset) byte pairs
+    p.group_params = Tensor(DType::u8, {groups, p.n_pad * 2}, device);  // (g_s, offset) pairs
     p.group_params.fill_bytes(0);
   }
   return p;
@@ -56,6 +57,10 @@ void check_cpu_matrix(const detail::ArgCheck& check, const TensorView& t, const 
 }
 
 }  // namespace
+
+PackedWeight allocate_packed_weight(const WeightFormat& f, int64_t n, int64_t k, Device device) {
+  return allocate_packed(f, true, n, k, device);
+}
 
 const char* to_string(WeightLayout layout) {
   switch (layout) {
