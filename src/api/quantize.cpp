@@ -2,12 +2,15 @@
 #include "nibble/quantize.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "api/validate.h"
 #include "cpu/reference.h"
 #include "nibble/formats.h"
 #include "nibble/numeric.h"
+#include "nibble/tensor.h"
 #if NIBBLE_WITH_CUDA
 #include "cuda/backend.h"
 #endif
@@ -17,44 +20,24 @@ namespace nibble {
 using detail::ArgCheck;
 
 WeightStorage weight_storage(const WeightFormat& f, int64_t n, int64_t k) {
-  const ArgCheck check("weight_storage");
-  check.condition(f.group_size == 0 || is_valid_group_size(f.group_size), "format.group_size",
-                  "must be 0 (per channel) or 32, 64, 128, 256, got " +
-                      std::to_string(f.group_size));
-  check.condition(f.scale_dtype == DType::f32 || f.scale_dtype == DType::f16 ||
-                      f.scale_dtype == DType::bf16,
-                  "format.scale_dtype",
-                  std::string("must be f32, f16 or bf16, got ") + to_string(f.scale_dtype));
-  check.condition(f.group_size != 0 || (f.scheme != WeightScheme::u4_asym &&
-                                        f.scheme != WeightScheme::u4_fzp &&
-                                        f.scheme != WeightScheme::s4_two_level),
-                  "format", std::string("uses ") + to_string(f.scheme) + ", which needs a group size");
-  check.condition(n > 0, "n", "must be positive, got " + std::to_string(n));
-  check.condition(k > 0, "k", "must be positive, got " + std::to_string(k));
-  const DType value = weight_value_dtype(f.scheme);
-  check.condition(dtype_bits(value) != 4 || k % 2 == 0, "k",
-                  "must be even for 4-bit weights, got " + std::to_string(k));
-  check.condition(f.group_size == 0 || k % f.group_size == 0, "k",
-                  "must be a multiple of the group size " + std::to_string(f.group_size) +
-                      ", got " + std::to_string(k));
-  WeightStorage st;
-  st.q = {value, 2, {n, k}};
-  const int64_t groups = f.group_size == 0 ? 0 : k / f.group_size;
-  if (f.scheme == WeightScheme::s4_two_level) {
-    st.scales = {f.scale_dtype, 1, {n, 0}};
-    st.group_scales = {DType::u8, 2, {n, groups}};
-    st.zeros = {DType::u8, 2, {n, groups}};
-  } else if (f.group_size == 0) {
-    st.scales = {f.scale_dtype, 1, {n, 0}};
-  } else {
-    st.scales = {f.scale_dtype, 2, {n, groups}};
-    if (f.scheme == WeightScheme::u4_asym) st.zeros = {DType::u8, 2, {n, groups}};
-    if (f.scheme == WeightScheme::u4_fzp) st.zeros = {f.scale_dtype, 2, {n, groups}};
-  }
-  return st;
+  return detail::checked_weight_storage(ArgCheck("weight_storage"), f, n, k, "");
 }
 
 namespace {
+
+// Copies a contiguous rank-1 or rank-2 tensor into a validated view of the same dtype and
+// shape whose rows may be strided (4-bit rows start on whole bytes: their strides are even).
+void copy_rows(const TensorView& src, const TensorView& dst) {
+  if (src.data == nullptr) return;
+  const int64_t rows = src.rank == 2 ? src.size(0) : 1;
+  const int64_t row_bytes =
+      dtype_storage_bytes(src.dtype, src.rank == 2 ? src.size(1) : src.size(0));
+  const int64_t pitch_bytes = src.rank == 2 ? dtype_storage_bytes(dst.dtype, dst.stride(0)) : 0;
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<uint8_t*>(dst.data) + r * pitch_bytes,
+                static_cast<const uint8_t*>(src.data) + r * row_bytes,
+                static_cast<size_t>(row_bytes));
+}
 
 void check_float_matrix(const ArgCheck& check, const TensorView& t, const char* arg) {
   check.tensor(t, arg, 2);
@@ -92,9 +75,19 @@ void quantize_weight(const TensorView& w, const QuantizedWeightView& out) {
   const ArgCheck check("quantize_weight");
   check_float_matrix(check, w, "w");
   check_cpu(check, w, "w");
+  // `out` first, so that a wrong out.n or out.k is not reported as a wrong shape of w.
+  detail::check_weight(check, out, w.device, "out");
   check.shape(w, "w", {out.n, out.k});
-  detail::check_weight(check, out, w.device);
-  cpu::quantize_weight(w, out);
+  // The reference finds values it cannot quantize (NaN, infinity, a scale that overflows its
+  // dtype) row by row as it writes. Quantize into scratch buffers and copy them out only when
+  // every row succeeded, so that a failing call leaves `out` untouched.
+  const QuantizedWeight scratch(out.format, out.n, out.k);
+  cpu::quantize_weight(w, scratch.view());
+  const QuantizedWeightView src = scratch.view();
+  copy_rows(src.q, out.q);
+  copy_rows(src.scales, out.scales);
+  copy_rows(src.zeros, out.zeros);
+  copy_rows(src.group_scales, out.group_scales);
 }
 
 void dequantize_weight(const QuantizedWeightView& w, const TensorView& out) {

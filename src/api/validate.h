@@ -2,13 +2,22 @@
 // public entry points. Everything here throws nibble::Error before any output is touched.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "common/check.h"
 #include "nibble/quantize.h"
 
 namespace nibble::detail {
 
+/// weight_storage(f, n, k), with failures reported by `check` (so they name the calling
+/// function) and argument names prefixed by `prefix` ("w." for the fields of argument w).
+WeightStorage checked_weight_storage(const ArgCheck& check, const WeightFormat& f, int64_t n,
+                                     int64_t k, const std::string& prefix);
 /// A quantized weight view matches weight_storage(format, n, k), with every buffer on `device`.
-void check_weight(const ArgCheck& check, const QuantizedWeightView& w, Device device);
+/// `name` is the argument in messages: "w" names its buffers 'w.q', 'w.scales', ...
+void check_weight(const ArgCheck& check, const QuantizedWeightView& w, Device device,
+                  const std::string& name = "w");
 /// Quantized activations (M, K) of `scheme` on `device`; returns M.
 int64_t check_activation(const ArgCheck& check, const QuantizedActivationView& a, Device device);
 /// One buffer against its spec; `arg` names it in messages.
