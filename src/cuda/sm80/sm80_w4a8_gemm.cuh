@@ -186,7 +186,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int kb_begin = blockIdx.z * p.kblocks_per_split;
   const int kb_end = min(p.kblocks, kb_begin + p.kblocks_per_split);
   const int num_kb = kb_end - kb_begin;
-  const uint64_t weight_policy = ptx::evict_first_policy();
 
   // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
   // The copy plan is computed once: each thread keeps the global address of its first 16-byte
@@ -230,7 +229,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       if (kWChunks % Cfg::kThreads != 0 && idx >= kWChunks) break;
       const bool valid = (in_matrix >> (kAIters + i)) & 1u;
       const uint8_t* src = w_base + int64_t(i * (Cfg::kThreads / 32)) * p.kblocks * 512 + kb * 512;
-      ptx::cp_async_16_stream(w_sh + idx * 16, valid ? src : p.w, valid, weight_policy);
+      ptx::cp_async_16_evict_first(w_sh + idx * 16, valid ? src : p.w, valid);
     }
     if constexpr (Cfg::kScaleBytes > 0 || Cfg::kParamBytes > 0) {
       constexpr int kElemBytes = EPI == W4A8Epilogue::group ? 4 : 2;
