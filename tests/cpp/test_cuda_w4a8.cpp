@@ -2,6 +2,7 @@
 // CPU reference on the same quantized operands.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,9 @@ struct LinearCase {
   const char* format;
   DType out;
 };
+
+// Test names and ctest listings show the case, not its bytes.
+void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.format << "_" << to_string(c.out); }
 
 class CudaW4A8Linear : public ::testing::TestWithParam<LinearCase> {};
 
