@@ -18,18 +18,18 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 }
 
 /// Same, with an L2 evict-first hint: weights are streamed once per call and should not push
-/// the (reused) activations out of L2. The policy is made right here, next to its one use: with
-/// one policy register made at kernel start, moving the copies between the k32 steps faulted
-/// with "illegal instruction" at this cp.async on sm_90a (compute-sanitizer, 2026-11-23); made
-/// here, it costs one instruction per 16-byte copy.
-__device__ __forceinline__ void cp_async_16_evict_first(void* smem, const void* gmem, bool valid) {
-  asm volatile(
-      "{\n"
-      ".reg .b64 policy;\n"
-      "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, policy;\n"
-      "}\n" ::"r"(smem_addr(smem)),
-      "l"(gmem), "r"(valid ? 16 : 0));
+/// the (reused) activations out of L2.
+__device__ __forceinline__ void cp_async_16_stream(void* smem, const void* gmem, bool valid,
+                                                   uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0), "l"(policy));
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
