@@ -146,17 +146,27 @@ void dequantize_activation(const QuantizedActivationView& a, const TensorView& o
   cpu::dequantize_activation(a, out);
 }
 
+namespace {
+// Both int4 conversions take a CPU source and destination of the same (R, C) shape.
+void check_int4_pair(const ArgCheck& check, const TensorView& src, const char* src_arg,
+                     std::initializer_list<DType> src_dtypes, const TensorView& dst,
+                     const char* dst_arg, DType dst_dtype) {
+  check.tensor(src, src_arg, 2);
+  check.dtype(src, src_arg, src_dtypes);
+  check.rows_packed(src, src_arg);
+  check_cpu(check, src, src_arg);
+  check.tensor(dst, dst_arg, 2);
+  check.dtype(dst, dst_arg, {dst_dtype});
+  check.shape(dst, dst_arg, {src.size(0), src.size(1)});
+  check.rows_packed(dst, dst_arg);
+  check_cpu(check, dst, dst_arg);
+}
+}  // namespace
+
 void pack_int4(const TensorView& unpacked, const TensorView& packed) {
   const ArgCheck check("pack_int4");
-  check.tensor(unpacked, "unpacked", 2);
-  check.dtype(unpacked, "unpacked", {DType::s8, DType::u8});
-  check.rows_packed(unpacked, "unpacked");
-  check_cpu(check, unpacked, "unpacked");
-  check.tensor(packed, "packed", 2);
-  check.dtype(packed, "packed", {unpacked.dtype == DType::s8 ? DType::s4 : DType::u4});
-  check.shape(packed, "packed", {unpacked.size(0), unpacked.size(1)});
-  check.rows_packed(packed, "packed");
-  check_cpu(check, packed, "packed");
+  check_int4_pair(check, unpacked, "unpacked", {DType::s8, DType::u8}, packed, "packed",
+                  unpacked.dtype == DType::s8 ? DType::s4 : DType::u4);
   const int lo = unpacked.dtype == DType::s8 ? -8 : 0, hi = lo + 15;
   for (int64_t r = 0; r < unpacked.size(0); ++r)
     for (int64_t c = 0; c < unpacked.size(1); ++c) {
@@ -171,15 +181,8 @@ void pack_int4(const TensorView& unpacked, const TensorView& packed) {
 
 void unpack_int4(const TensorView& packed, const TensorView& unpacked) {
   const ArgCheck check("unpack_int4");
-  check.tensor(packed, "packed", 2);
-  check.dtype(packed, "packed", {DType::s4, DType::u4});
-  check.rows_packed(packed, "packed");
-  check_cpu(check, packed, "packed");
-  check.tensor(unpacked, "unpacked", 2);
-  check.dtype(unpacked, "unpacked", {packed.dtype == DType::s4 ? DType::s8 : DType::u8});
-  check.shape(unpacked, "unpacked", {packed.size(0), packed.size(1)});
-  check.rows_packed(unpacked, "unpacked");
-  check_cpu(check, unpacked, "unpacked");
+  check_int4_pair(check, packed, "packed", {DType::s4, DType::u4}, unpacked, "unpacked",
+                  packed.dtype == DType::s4 ? DType::s8 : DType::u8);
   cpu::unpack_int4(packed, unpacked);
 }
 

@@ -62,30 +62,33 @@ void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Str
   launch_simt_linear(args, stream);
 }
 
-void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
-            const TensorView* bias, const TensorView& d, Stream stream) {
-  detail::DeviceGuard guard(a.q.device.index);
-  const LinearProblem p =
-      make_problem({w.format, a.scheme}, a.q.size(0), w.n, w.k, a.q.device.index);
+namespace {
+// Logical-weight linear: select from the registry and launch (exactly one of a, x is set).
+void run_registry(const QuantizedActivationView* a, const TensorView* x,
+                  const QuantizedWeightView& w, const TensorView* bias, const TensorView& d,
+                  Stream stream) {
+  const TensorView& in = a != nullptr ? a->q : *x;
+  detail::DeviceGuard guard(in.device.index);
+  const ActScheme act = a != nullptr ? a->scheme : ActScheme::none;
+  const LinearProblem p = make_problem({w.format, act}, in.size(0), w.n, w.k, in.device.index);
   LinearCall call;
-  call.a = &a;
+  call.a = a;
+  call.x = x;
   call.w = &w;
   call.bias = bias;
   call.d = &d;
   select_linear(p).launch(p, call, stream);
 }
+}  // namespace
+
+void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
+            const TensorView* bias, const TensorView& d, Stream stream) {
+  run_registry(&a, nullptr, w, bias, d, stream);
+}
 
 void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream) {
-  detail::DeviceGuard guard(x.device.index);
-  const LinearProblem p =
-      make_problem({w.format, ActScheme::none}, x.size(0), w.n, w.k, x.device.index);
-  LinearCall call;
-  call.x = &x;
-  call.w = &w;
-  call.bias = bias;
-  call.d = &d;
-  select_linear(p).launch(p, call, stream);
+  run_registry(nullptr, &x, w, bias, d, stream);
 }
 
 namespace {
