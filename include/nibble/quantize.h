@@ -59,6 +59,8 @@ void dequantize_weight(const QuantizedWeightView& w, const TensorView& out);
 /// Dynamic per-token quantization of x (M, K) f32/f16/bf16: for each row, amax = max|x|,
 /// s = amax/qmax (qmax 127 for s8, 7 for s4, 448 for e4m3), q = round(x / s) clamped to
 /// [-qmax, qmax] (e4m3: converted with satfinite). A row of zeros gets s = 0 and q = 0.
+/// x must be finite: the CPU rejects NaN/inf (invalid_argument); on the GPU such a row gets a
+/// non-finite scale, so its linear output is NaN/inf rather than silently finite.
 /// Runs on the device of x (CPU reference, or CUDA for s8 per-token).
 void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
                          Stream stream = nullptr);

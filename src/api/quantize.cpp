@@ -45,6 +45,18 @@ void check_float_matrix(const ArgCheck& check, const TensorView& t, const char* 
   check.rows_packed(t, arg);
 }
 
+// Activations to quantize must be finite. On the CPU this is checked (a NaN would otherwise
+// reach an integer conversion); the GPU kernels cannot report it, and a non-finite row there
+// gives a non-finite scale, so the linear output of that row is NaN/inf, never silently finite.
+void check_finite_on_cpu(const ArgCheck& check, const TensorView& x, const char* arg) {
+  if (x.device.type != DeviceType::cpu) return;
+  for (int64_t r = 0; r < x.size(0); ++r)
+    for (int64_t c = 0; c < x.size(1); ++c)
+      if (!std::isfinite(load_float(x.data, x.dtype, r * x.stride(0) + c)))
+        check.fail(arg, "must be finite, got a NaN or infinity at (" + std::to_string(r) + ", " +
+                            std::to_string(c) + ")");
+}
+
 void check_cpu(const ArgCheck& check, const TensorView& t, const char* arg) {
   check.condition(t.device.type == DeviceType::cpu, arg,
                   "must be on the CPU (this operation has no CUDA implementation yet), got " +
@@ -109,6 +121,7 @@ void quantize_activation(const TensorView& x, const QuantizedActivationView& out
   check.condition(out.scheme != ActScheme::s8_per_tensor, "out.scheme",
                   "is s8_per_tensor, a static scheme: use quantize_activation_static");
   detail::check_backend(check, x.device);
+  check_finite_on_cpu(check, x, "x");
   if (x.device.type == DeviceType::cpu) return cpu::quantize_activation(x, out);
 #if NIBBLE_WITH_CUDA
   cuda::quantize_activation(x, out, stream);
@@ -127,6 +140,7 @@ void quantize_activation_static(const TensorView& x, float scale,
   check.condition(out.scheme == ActScheme::s8_per_tensor, "out.scheme",
                   std::string("must be s8_per_tensor, got ") + to_string(out.scheme));
   detail::check_backend(check, x.device);
+  check_finite_on_cpu(check, x, "x");
   if (x.device.type == DeviceType::cpu) return cpu::quantize_activation_static(x, scale, out);
 #if NIBBLE_WITH_CUDA
   cuda::quantize_activation_static(x, scale, out, stream);

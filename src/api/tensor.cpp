@@ -58,8 +58,12 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device) {
   const detail::ArgCheck check("Tensor");
   check.condition(shape.size() <= static_cast<size_t>(TensorView::kMaxRank), "shape",
                   "must have at most 4 dimensions, got " + std::to_string(shape.size()));
-  for (int64_t s : shape)
+  int64_t elements = 1;
+  for (int64_t s : shape) {
     check.condition(s >= 0, "shape", "must have non-negative sizes, got " + std::to_string(s));
+    check.condition(!__builtin_mul_overflow(elements, s, &elements) && elements <= (int64_t{1} << 60),
+                    "shape", "has more elements than can be addressed", ErrorCode::out_of_range);
+  }
   check.condition(dtype_bits(dtype) != 4 || shape.empty() || shape.back() % 2 == 0, "shape",
                   std::string("must have an even last dimension for ") + to_string(dtype));
   if (device.type == DeviceType::cuda) detail::check_backend(check, device);

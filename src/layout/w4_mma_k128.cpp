@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/validate.h"
 #include "common/check.h"
 #include "cpu/view_access.h"
 #include "nibble/layout.h"
@@ -86,7 +87,7 @@ PackedWeight pack_weight(const QuantizedWeightView& w, Device device) {
                   std::string("must be s4_sym or s4_two_level for layout w4_mma_k128, got ") +
                       to_string(w.format.scheme),
                   ErrorCode::unsupported);
-  const WeightStorage st = weight_storage(w.format, w.n, w.k);
+  const WeightStorage st = detail::checked_weight_storage(check, w.format, w.n, w.k, "w.");
   check_cpu_matrix(check, w.q, "w.q", st.q);
   check_cpu_matrix(check, w.scales, "w.scales", st.scales);
   const bool two_level = w.format.scheme == WeightScheme::s4_two_level;

@@ -739,6 +739,38 @@ TEST(ValidateQuantizeWeight, UnquantizableValuesAreRejectedBeforeAnyWrite) {
   }
 }
 
+TEST(ValidateQuantizeActivation, NonFiniteActivationsAreRejectedBeforeAnyWrite) {
+  Rng rng;
+  const int64_t m = 3, k = 64;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (ActScheme scheme : {ActScheme::s8_per_token, ActScheme::s4_per_token,
+                           ActScheme::e4m3_per_token, ActScheme::s8_per_tensor}) {
+    SCOPED_TRACE(to_string(scheme));
+    Tensor x = test::random_normal(DType::f32, m, k, rng, 1.0);
+    static_cast<float*>(x.data())[(m - 1) * k + 5] = nan;
+    QuantizedActivation out(scheme, m, k);
+    const Poisoned guard({&out.q, &out.scales});
+    if (scheme == ActScheme::s8_per_tensor)
+      EXPECT_TRUE(throws_error([&] { quantize_activation_static(x.view(), 0.1f, out.view()); },
+                               kInvalid, {"nibble::quantize_activation_static: ", arg("x"),
+                                          "must be finite", "(2, 5)"}));
+    else
+      EXPECT_TRUE(throws_error([&] { quantize_activation(x.view(), out.view()); }, kInvalid,
+                               {"nibble::quantize_activation: ", arg("x"), "must be finite",
+                                "(2, 5)"}));
+    EXPECT_TRUE(guard.unchanged());
+  }
+}
+
+TEST(ValidatePackWeight, MessagesNameTheFunctionAndTheField) {
+  QuantizedWeightView v;
+  v.format = parse_weight_format("w4_g128");
+  v.n = 8;
+  v.k = 96;  // not a multiple of the group
+  EXPECT_TRUE(throws_error([&] { pack_weight(v); }, kInvalid,
+                           {"nibble::pack_weight: ", arg("w.k")}));
+}
+
 struct DequantizeWeightArgs {
   QuantizedWeightView w;
   TensorView out;
