@@ -165,7 +165,7 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
       format.weight.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
       : format.weight.per_channel()                      ? sm80::W4A8Epilogue::per_channel
                                                          : sm80::W4A8Epilogue::group;
-  const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, (k + 127) / 128 * 128, epilogue,
+  const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, k, (k + 127) / 128 * 128, epilogue,
                                        format.weight.group_size, info.sm_count);
   return s + "; packed weights (pack_weight): runs " + describe(plan) + " on " +
          std::to_string(info.sm_count) + " SMs";

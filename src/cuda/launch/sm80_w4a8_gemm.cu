@@ -14,6 +14,7 @@
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/sm80/sm80_w4a8_gemm.cuh"
 #include "nibble/device.h"
+#include "nibble/formats.h"
 
 namespace nibble::cuda {
 
@@ -24,75 +25,87 @@ namespace {
 
 // Tile shapes, by M bucket. Small M is a weight stream: a thin tile, a deep pipeline and
 // split-K to put every SM to work; warps split N only, so no two warps convert the same
-// weights. Large M is compute: 128×256 tiles of 64×64 warp tiles (32 MMAs per 8 converted
-// B fragments); the f32 group epilogue needs a second accumulator set and the two-level
-// conversion its per-column group parameters, so those keep 128×128 (64×32 warps) to stay
-// within 255 registers without spills.
+// weights. Large M is compute: 128×128 tiles of 64×32 warp tiles; per channel at
+// 2 CTAs/SM (127 registers), the f32 group epilogue (a second accumulator set) and the
+// two-level conversion (per-column group parameters) at 1 CTA/SM to stay spill-free.
 enum class Tile : int { m16, m32, m64, m128 };
+using sm80::W4Decode;
 
 struct TileInfo {
   int bm, bn, warps, stages;
 };
 
-template <Tile T, W4A8Epilogue E, int G>
+template <Tile T, W4A8Epilogue E, int G, W4Decode D>
 struct Instance;
-template <W4A8Epilogue E, int G>
-struct Instance<Tile::m16, E, G> {
-  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, G>;
+template <W4A8Epilogue E, int G, W4Decode D>
+struct Instance<Tile::m16, E, G, D> {
+  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, G, 1, D>;
 };
-template <W4A8Epilogue E, int G>
-struct Instance<Tile::m32, E, G> {
-  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, G>;
+template <W4A8Epilogue E, int G, W4Decode D>
+struct Instance<Tile::m32, E, G, D> {
+  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, G, 1, D>;
 };
 // The f32 group epilogue with 32-wide groups rescales after every k32 step; its 64-accumulator
 // warp tiles would spill, so it uses 32×32 warp tiles (8 warps) at M > 32.
-template <W4A8Epilogue E, int G>
-struct Instance<Tile::m64, E, G> {
+template <W4A8Epilogue E, int G, W4Decode D>
+struct Instance<Tile::m64, E, G, D> {
   using Cfg = std::conditional_t<E == W4A8Epilogue::group,
-                                 sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>,
-                                 sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, G>>;
+                                 sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G, 1, D>,
+                                 sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, G, 1, D>>;
 };
-template <W4A8Epilogue E, int G>
-struct Instance<Tile::m128, E, G> {
+template <W4A8Epilogue E, int G, W4Decode D>
+struct Instance<Tile::m128, E, G, D> {
   using Cfg = std::conditional_t<
-      E == W4A8Epilogue::group && G == 32, sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G>,
-      std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
-                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G>,
-                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2>>>;
+      E == W4A8Epilogue::group && G == 32, sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G, 1, D>,
+      std::conditional_t<
+          E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
+          sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 1, D>,
+          std::conditional_t<D == W4Decode::high_nibble,
+                             sm80::W4A8GemmConfig<128, 256, 2, 4, 4, E, G, 1, D>,
+                             sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2, D>>>>;
 };
 
-template <Tile T, W4A8Epilogue E, int G>
+// The decoding each epilogue is instantiated with: two-level needs the exact one; group-wise
+// spans (≤ 256 of K) always fit the high_nibble bound; per channel and s32 pick by K.
+constexpr W4Decode grouped_decode(W4A8Epilogue e) {
+  return e == W4A8Epilogue::two_level ? W4Decode::offset_xor : W4Decode::high_nibble;
+}
+
+template <Tile T, W4A8Epilogue E, int G, W4Decode D>
 TileInfo tile_info() {
-  using Cfg = typename Instance<T, E, G>::Cfg;
+  using Cfg = typename Instance<T, E, G, D>::Cfg;
   return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
 }
 
 template <Tile T>
-TileInfo tile_info(W4A8Epilogue e, int group) {
+TileInfo tile_info(W4A8Epilogue e, W4Decode d, int group) {
+  constexpr W4Decode hi = W4Decode::high_nibble, ox = W4Decode::offset_xor;
   switch (e) {
     case W4A8Epilogue::s32:
-    case W4A8Epilogue::per_channel: return tile_info<T, W4A8Epilogue::per_channel, 0>();
-    case W4A8Epilogue::two_level: return tile_info<T, W4A8Epilogue::two_level, 128>();
+    case W4A8Epilogue::per_channel:
+      return d == hi ? tile_info<T, W4A8Epilogue::per_channel, 0, hi>()
+                     : tile_info<T, W4A8Epilogue::per_channel, 0, ox>();
+    case W4A8Epilogue::two_level: return tile_info<T, W4A8Epilogue::two_level, 128, ox>();
     case W4A8Epilogue::group:
-      return group == 32 ? tile_info<T, W4A8Epilogue::group, 32>()
-                         : tile_info<T, W4A8Epilogue::group, 128>();
+      return group == 32 ? tile_info<T, W4A8Epilogue::group, 32, hi>()
+                         : tile_info<T, W4A8Epilogue::group, 128, hi>();
   }
   return {};
 }
 
-TileInfo tile_info(Tile t, W4A8Epilogue e, int group) {
+TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group) {
   switch (t) {
-    case Tile::m16: return tile_info<Tile::m16>(e, group);
-    case Tile::m32: return tile_info<Tile::m32>(e, group);
-    case Tile::m64: return tile_info<Tile::m64>(e, group);
-    case Tile::m128: return tile_info<Tile::m128>(e, group);
+    case Tile::m16: return tile_info<Tile::m16>(e, d, group);
+    case Tile::m32: return tile_info<Tile::m32>(e, d, group);
+    case Tile::m64: return tile_info<Tile::m64>(e, d, group);
+    case Tile::m128: return tile_info<Tile::m128>(e, d, group);
   }
   return {};
 }
 
-template <Tile T, W4A8Epilogue E, int G>
+template <Tile T, W4A8Epilogue E, int G, W4Decode D>
 void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
-  using Cfg = typename Instance<T, E, G>::Cfg;
+  using Cfg = typename Instance<T, E, G, D>::Cfg;
   auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
   // Above 48 KB a kernel must opt in to its dynamic shared memory; set it once per instance.
   static const bool configured = [&] {
@@ -107,22 +120,31 @@ void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
 
 template <Tile T, W4A8Epilogue E>
 void launch_grouped(const W4A8GemmParams& p, int group, dim3 grid, Stream stream) {
+  constexpr W4Decode D = grouped_decode(E);
   switch (group) {
-    case 32: return launch_instance<T, E, 32>(p, grid, stream);
-    case 64: return launch_instance<T, E, 64>(p, grid, stream);
-    case 128: return launch_instance<T, E, 128>(p, grid, stream);
-    case 256: return launch_instance<T, E, 256>(p, grid, stream);
+    case 32: return launch_instance<T, E, 32, D>(p, grid, stream);
+    case 64: return launch_instance<T, E, 64, D>(p, grid, stream);
+    case 128: return launch_instance<T, E, 128, D>(p, grid, stream);
+    case 256: return launch_instance<T, E, 256, D>(p, grid, stream);
   }
   nibble::detail::fail(ErrorCode::internal, "sm80_w4a8_gemm: no instance for group " +
                                                 std::to_string(group));
 }
 
+template <Tile T, W4A8Epilogue E>
+void launch_whole_k(const W4A8GemmParams& p, W4Decode decode, dim3 grid, Stream stream) {
+  if (decode == W4Decode::high_nibble)
+    return launch_instance<T, E, 0, W4Decode::high_nibble>(p, grid, stream);
+  launch_instance<T, E, 0, W4Decode::offset_xor>(p, grid, stream);
+}
+
 template <Tile T>
-void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, int group, dim3 grid, Stream stream) {
+void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group, dim3 grid,
+                 Stream stream) {
   switch (e) {
-    case W4A8Epilogue::s32: return launch_instance<T, W4A8Epilogue::s32, 0>(p, grid, stream);
+    case W4A8Epilogue::s32: return launch_whole_k<T, W4A8Epilogue::s32>(p, decode, grid, stream);
     case W4A8Epilogue::per_channel:
-      return launch_instance<T, W4A8Epilogue::per_channel, 0>(p, grid, stream);
+      return launch_whole_k<T, W4A8Epilogue::per_channel>(p, decode, grid, stream);
     case W4A8Epilogue::group: return launch_grouped<T, W4A8Epilogue::group>(p, group, grid, stream);
     case W4A8Epilogue::two_level:
       return launch_grouped<T, W4A8Epilogue::two_level>(p, group, grid, stream);
@@ -162,11 +184,16 @@ Workspace& workspace_for(int device, Stream stream, size_t partial_bytes, size_t
 
 }  // namespace
 
-W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
-                        int group, int sm_count) {
+W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
+                        W4A8Epilogue epilogue, int group, int sm_count) {
   W4A8Plan plan;
+  const bool whole_k = epilogue == W4A8Epilogue::s32 || epilogue == W4A8Epilogue::per_channel;
+  plan.decode = epilogue == W4A8Epilogue::two_level ? W4Decode::offset_xor
+                : !whole_k || k <= max_int32_accumulation_k(DType::s8, DType::s8)
+                    ? W4Decode::high_nibble
+                    : W4Decode::offset_xor;
   plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
-  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, group);
+  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group);
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
@@ -192,7 +219,9 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue ep
 }
 
 std::string describe(const W4A8Plan& plan) {
-  return "sm80_w4a8_gemm tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
+  return std::string("sm80_w4a8_gemm ") +
+         (plan.decode == sm80::W4Decode::high_nibble ? "high_nibble" : "offset_xor") + " tile " +
+         std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
          "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_n) + "x" + std::to_string(plan.tiles_m) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
@@ -202,7 +231,8 @@ std::string describe(const W4A8Plan& plan) {
 
 void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
-  const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, l.group, dev.sm_count);
+  const W4A8Plan plan =
+      plan_sm80_w4a8(l.m, l.n_pad, l.k, l.k_pad, l.epilogue, l.group, dev.sm_count);
   W4A8GemmParams p;
   p.a = static_cast<const int8_t*>(l.a);
   p.lda = l.lda;
@@ -232,10 +262,10 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
   const W4A8Epilogue e = l.epilogue;
   switch (static_cast<Tile>(plan.tile)) {
-    case Tile::m16: return launch_tile<Tile::m16>(p, e, l.group, grid, stream);
-    case Tile::m32: return launch_tile<Tile::m32>(p, e, l.group, grid, stream);
-    case Tile::m64: return launch_tile<Tile::m64>(p, e, l.group, grid, stream);
-    case Tile::m128: return launch_tile<Tile::m128>(p, e, l.group, grid, stream);
+    case Tile::m16: return launch_tile<Tile::m16>(p, e, plan.decode, l.group, grid, stream);
+    case Tile::m32: return launch_tile<Tile::m32>(p, e, plan.decode, l.group, grid, stream);
+    case Tile::m64: return launch_tile<Tile::m64>(p, e, plan.decode, l.group, grid, stream);
+    case Tile::m128: return launch_tile<Tile::m128>(p, e, plan.decode, l.group, grid, stream);
   }
 }
 

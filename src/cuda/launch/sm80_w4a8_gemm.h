@@ -10,6 +10,14 @@ namespace nibble::cuda {
 
 namespace sm80 {
 enum class W4A8Epilogue : int { s32, per_channel, group, two_level };
+
+/// How the main loop turns packed nibbles into int8 B fragments (see the kernel header):
+///   offset_xor   ((u · g_s) + offset) XOR 0x80 per byte, exact int8 weights; 7 instructions
+///                per 8 values; any K; the only choice for two-level weights.
+///   high_nibble  the nibble in the high half of each byte, (u << 4) XOR 0x80 = 16·v; 3
+///                instructions per 8 values; the accumulator holds 16× the sum and is shifted
+///                back exactly, so the int32 span must stay within the s8×s8 limit (131071).
+enum class W4Decode : int { offset_xor, high_nibble };
 }  // namespace sm80
 
 /// One validated call: raw pointers of the operands (see the kernel header for layouts).
@@ -35,10 +43,11 @@ struct W4A8Launch {
 /// The tile and split-K choice for a problem (depends only on shape, group and SM count).
 struct W4A8Plan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
+  sm80::W4Decode decode = sm80::W4Decode::offset_xor;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
 };
-W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, sm80::W4A8Epilogue epilogue,
-                        int group, int sm_count);
+W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
+                        sm80::W4A8Epilogue epilogue, int group, int sm_count);
 std::string describe(const W4A8Plan& plan);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);

@@ -34,6 +34,10 @@
 //   a byte, and XOR 0x80 turns the biased byte into the two's-complement int8 w8. For s4_sym
 //   weights u = v + 8, g_s = 1 and offset = 120, giving v. That is 3 instructions per 4 values
 //   for the low nibbles and 4 for the high ones (one shift more), with no per-element shifts.
+//   The high_nibble decoding (s4_sym only) is cheaper still: b = (nibbles in the high half of
+//   each byte) XOR 0x80808080 = 16·v, 3 instructions per 8 values; the int32 sums are then 16×
+//   the true ones and are shifted back exactly, which limits the int32 span to the s8×s8
+//   bound (131071). The launcher picks it whenever that bound holds.
 //
 // Limitations
 //   1. mma.sync reaches about 63% of Hopper's dense int8 peak (shared/research §9); the sm_90a
@@ -76,8 +80,13 @@ struct W4A8GemmParams {
 };
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
-          int MIN_BLOCKS_ = 1>
+          int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor>
 struct W4A8GemmConfig {
+  static constexpr W4Decode DECODE = DECODE_;
+  /// high_nibble decoding multiplies every weight by 16; the accumulators are shifted back.
+  static constexpr int kAccShift = DECODE_ == W4Decode::high_nibble ? 4 : 0;
+  static_assert(!(DECODE_ == W4Decode::high_nibble && EPI_ == W4A8Epilogue::two_level),
+                "two-level weights need the exact offset_xor decoding");
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   /// CTAs per SM the register budget must allow (__launch_bounds__): the tensor pipe needs
   /// several warps per scheduler to stay busy, so large tiles trade registers for occupancy.
@@ -307,8 +316,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           offset4 = (prm[cur][nt] >> 8) * 0x01010101u;
         }
         const uint32_t word = bw[cur][nt];
-        b[nt][0] = ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
-        b[nt][1] = (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+        if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
+          // u = v + 8 in a nibble; moved to the high half of its byte, 16u = 16v + 128, and
+          // XOR 0x80 leaves 16v as an int8 (16v ∈ [-128, 112]). One LOP3 for the high nibbles,
+          // a shift and a LOP3 for the low ones.
+          (void)gs;
+          (void)offset4;
+          b[nt][0] = ((word << 4) & 0xF0F0F0F0u) ^ 0x80808080u;
+          b[nt][1] = (word & 0xF0F0F0F0u) ^ 0x80808080u;
+        } else {
+          b[nt][0] = ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+          b[nt][1] = (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+        }
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -324,10 +343,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             const float s0 = sc[col], s1 = sc[col + 1];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              facc[mt][nt][0] = fmaf(s0, float(acc[mt][nt][0]), facc[mt][nt][0]);
-              facc[mt][nt][1] = fmaf(s1, float(acc[mt][nt][1]), facc[mt][nt][1]);
-              facc[mt][nt][2] = fmaf(s0, float(acc[mt][nt][2]), facc[mt][nt][2]);
-              facc[mt][nt][3] = fmaf(s1, float(acc[mt][nt][3]), facc[mt][nt][3]);
+              constexpr int sh = Cfg::kAccShift;  // exact: the sums are multiples of 2^sh
+              facc[mt][nt][0] = fmaf(s0, float(acc[mt][nt][0] >> sh), facc[mt][nt][0]);
+              facc[mt][nt][1] = fmaf(s1, float(acc[mt][nt][1] >> sh), facc[mt][nt][1]);
+              facc[mt][nt][2] = fmaf(s0, float(acc[mt][nt][2] >> sh), facc[mt][nt][2]);
+              facc[mt][nt][3] = fmaf(s1, float(acc[mt][nt][3] >> sh), facc[mt][nt][3]);
 #pragma unroll
               for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
             }
@@ -390,6 +410,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(part[s][v]);
           else isum += int32_t(part[s][v]);
         }
+        isum >>= Cfg::kAccShift;  // the split sums are multiples of 2^shift: exact
         if constexpr (EPI == W4A8Epilogue::s32) {
           static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = isum;
         } else {
@@ -418,7 +439,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         const int col = col_base + nt * 8;
         if (col >= p.n) continue;
         const bool two = col + 1 < p.n;
-        const int32_t i0 = acc[mt][nt][half * 2], i1 = acc[mt][nt][half * 2 + 1];
+        const int32_t i0 = acc[mt][nt][half * 2] >> Cfg::kAccShift,
+                      i1 = acc[mt][nt][half * 2 + 1] >> Cfg::kAccShift;
         if constexpr (EPI == W4A8Epilogue::s32) {
           int32_t* d = static_cast<int32_t*>(p.d) + int64_t(row) * p.ldd + col;
           d[0] = i0;
