@@ -57,18 +57,20 @@ template <W4A8Epilogue E, int G, W4Decode D>
 struct Instance<Tile::m128, E, G, D> {
   using Cfg = std::conditional_t<
       E == W4A8Epilogue::group && G == 32, sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G, 1, D>,
-      std::conditional_t<
-          E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
-          sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 1, D>,
-          std::conditional_t<D == W4Decode::high_nibble,
-                             sm80::W4A8GemmConfig<128, 256, 2, 4, 4, E, G, 1, D>,
-                             sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2, D>>>>;
+      std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
+                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 1, D>,
+                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2, D>>>;
 };
 
-// The decoding each epilogue is instantiated with: two-level needs the exact one; group-wise
-// spans (≤ 256 of K) always fit the high_nibble bound; per channel and s32 pick by K.
-constexpr W4Decode grouped_decode(W4A8Epilogue e) {
-  return e == W4A8Epilogue::two_level ? W4Decode::offset_xor : W4Decode::high_nibble;
+// The decoding each (tile, epilogue) is instantiated with. high_nibble saves ALU work where
+// the tile is thin (M ≤ 32: one m16 tile per warp, so every converted B fragment feeds one or
+// two MMAs); on the large tiles it measured no faster (2026-11-23, H100) and its extra live
+// registers make the 2-CTA/SM per-channel tile spill, so those keep offset_xor. Two-level
+// weights always need offset_xor; per channel and s32 also fall back to it when K exceeds the
+// high_nibble bound (decided at run time).
+constexpr bool thin(Tile t) { return t == Tile::m16 || t == Tile::m32; }
+constexpr W4Decode grouped_decode(Tile t, W4A8Epilogue e) {
+  return e == W4A8Epilogue::two_level || !thin(t) ? W4Decode::offset_xor : W4Decode::high_nibble;
 }
 
 template <Tile T, W4A8Epilogue E, int G, W4Decode D>
@@ -83,12 +85,15 @@ TileInfo tile_info(W4A8Epilogue e, W4Decode d, int group) {
   switch (e) {
     case W4A8Epilogue::s32:
     case W4A8Epilogue::per_channel:
-      return d == hi ? tile_info<T, W4A8Epilogue::per_channel, 0, hi>()
-                     : tile_info<T, W4A8Epilogue::per_channel, 0, ox>();
+      if constexpr (thin(T))
+        if (d == hi) return tile_info<T, W4A8Epilogue::per_channel, 0, hi>();
+      return tile_info<T, W4A8Epilogue::per_channel, 0, ox>();
     case W4A8Epilogue::two_level: return tile_info<T, W4A8Epilogue::two_level, 128, ox>();
-    case W4A8Epilogue::group:
-      return group == 32 ? tile_info<T, W4A8Epilogue::group, 32, hi>()
-                         : tile_info<T, W4A8Epilogue::group, 128, hi>();
+    case W4A8Epilogue::group: {
+      constexpr W4Decode gd = grouped_decode(T, W4A8Epilogue::group);
+      return group == 32 ? tile_info<T, W4A8Epilogue::group, 32, gd>()
+                         : tile_info<T, W4A8Epilogue::group, 128, gd>();
+    }
   }
   return {};
 }
@@ -120,7 +125,7 @@ void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
 
 template <Tile T, W4A8Epilogue E>
 void launch_grouped(const W4A8GemmParams& p, int group, dim3 grid, Stream stream) {
-  constexpr W4Decode D = grouped_decode(E);
+  constexpr W4Decode D = grouped_decode(T, E);
   switch (group) {
     case 32: return launch_instance<T, E, 32, D>(p, grid, stream);
     case 64: return launch_instance<T, E, 64, D>(p, grid, stream);
@@ -133,8 +138,10 @@ void launch_grouped(const W4A8GemmParams& p, int group, dim3 grid, Stream stream
 
 template <Tile T, W4A8Epilogue E>
 void launch_whole_k(const W4A8GemmParams& p, W4Decode decode, dim3 grid, Stream stream) {
-  if (decode == W4Decode::high_nibble)
-    return launch_instance<T, E, 0, W4Decode::high_nibble>(p, grid, stream);
+  if constexpr (thin(T)) {
+    if (decode == W4Decode::high_nibble)
+      return launch_instance<T, E, 0, W4Decode::high_nibble>(p, grid, stream);
+  }
   launch_instance<T, E, 0, W4Decode::offset_xor>(p, grid, stream);
 }
 
@@ -188,11 +195,9 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                         W4A8Epilogue epilogue, int group, int sm_count) {
   W4A8Plan plan;
   const bool whole_k = epilogue == W4A8Epilogue::s32 || epilogue == W4A8Epilogue::per_channel;
-  plan.decode = epilogue == W4A8Epilogue::two_level ? W4Decode::offset_xor
-                : !whole_k || k <= max_int32_accumulation_k(DType::s8, DType::s8)
-                    ? W4Decode::high_nibble
-                    : W4Decode::offset_xor;
   plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
+  const bool fits = !whole_k || k <= max_int32_accumulation_k(DType::s8, DType::s8);
+  plan.decode = fits ? grouped_decode(static_cast<Tile>(plan.tile), epilogue) : W4Decode::offset_xor;
   const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group);
   plan.bm = t.bm;
   plan.bn = t.bn;
