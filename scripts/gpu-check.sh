@@ -3,7 +3,8 @@
 # included), run the demo and the benchmarks, and write logs and JSON to $OUT (or build/gpu-check).
 #   usage: scripts/gpu-check.sh [--tests-only] [--bench-only] [-- extra bench args]
 # Files written (at most 8, flat, so the device tool can return them all):
-#   build.log  test.log  demo.log  bench.log  bench.json  summary.json  sass.txt
+#   build.log (with SASS MMA / local-memory counts)  test.log  demo.log  bench.log  bench.json
+#   summary.json  sanitizer-memcheck.log  sanitizer-racecheck.log
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/build/gpu-check}"
@@ -30,9 +31,10 @@ if [ $build_rc -ne 0 ]; then tail -40 "$out/build.log"; exit 1; fi
 bin="build/$preset"
 
 # SASS facts for the kernel issues: which MMA instructions each kernel uses, and spills.
-cuobjdump --dump-sass "$bin/libnibble.a" 2>/dev/null |
-  grep -oE "Function : [A-Za-z0-9_]+|IMMA[.A-Z0-9]*|HMMA[.A-Z0-9]*|[HIQ]GMMA[.A-Z0-9]*|LDL|STL" |
-  sort | uniq -c | sort -rn > "$out/sass.txt" 2>&1
+# (Counted into build.log: the device tool returns at most 8 files.)
+{ echo "SASS instruction counts (MMA, local memory):"
+  cuobjdump --dump-sass "$bin/libnibble.a" 2>/dev/null |
+    grep -oE "IMMA[.A-Z0-9]*|HMMA[.A-Z0-9]*|[HIQ]GMMA[.A-Z0-9]*|LDL|STL" | sort | uniq -c; } >> "$out/build.log"
 
 test_rc=0
 if [ $run_tests -eq 1 ]; then
@@ -40,6 +42,14 @@ if [ $run_tests -eq 1 ]; then
   ctest --test-dir "$bin" -j 4 --output-on-failure >> "$out/test.log" 2>&1
   test_rc=$?
   grep -E "tests passed|tests failed|Skipped|Failed" "$out/test.log" | tail -15
+  # compute-sanitizer on the tensor-core kernels: out-of-bounds / misaligned accesses
+  # (memcheck) and shared-memory races (racecheck) on odd shapes, split-K included.
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 10 "$bin/tests/cpp/nibble_tests" \
+      --gtest_filter='CudaW4A8.S32IsBitExactOnOddShapes:CudaW4A8.SplitKIsDeterministic' \
+      > "$out/sanitizer-$tool.log" 2>&1 && echo "compute-sanitizer $tool: clean" | tee -a "$out/test.log" \
+      || { echo "compute-sanitizer $tool: FAILED" | tee -a "$out/test.log"; status=1; }
+  done
   "$bin/nibble" demo > "$out/demo.log" 2>&1 || status=1
   cat "$out/demo.log"
 fi
