@@ -26,16 +26,14 @@ TEST(CudaDevice, PropertiesAreReadFromTheDevice) {
 
 TEST(CudaQuantize, PerTokenIsBitExactWithReference) {
   NIBBLE_REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   for (ActScheme scheme : {ActScheme::s8_per_token, ActScheme::s4_per_token, ActScheme::e4m3_per_token})
     for (DType dtype : {DType::f32, DType::f16, DType::bf16})
       for (int64_t m : {1, 3, 17, 100})
         for (int64_t k : {32, 130, 4096}) {
           SCOPED_TRACE(std::string(to_string(scheme)) + " " + to_string(dtype) + " M=" +
                        std::to_string(m) + " K=" + std::to_string(k));
-          Tensor x = random_float(dtype, m, k, rng);
+          Tensor x = test::random_activations(dtype, m, k, rng);
           if (m > 1) std::memset(x.data(), 0, dtype_storage_bytes(dtype, k));  // a zero row
           QuantizedActivation ref(scheme, m, k);
           quantize_activation(x.view(), ref.view());
@@ -52,10 +50,8 @@ TEST(CudaQuantize, PerTokenIsBitExactWithReference) {
 
 TEST(CudaQuantize, StaticPerTensorIsBitExactWithReference) {
   NIBBLE_REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  Tensor x = random_float(DType::bf16, 37, 1000, rng);
+  test::Rng rng;  // fresh seed, printed on failure
+  Tensor x = test::random_activations(DType::bf16, 37, 1000, rng);
   QuantizedActivation ref(ActScheme::s8_per_tensor, 37, 1000);
   quantize_activation_static(x.view(), 0.09f, ref.view());
   QuantizedActivation got(ActScheme::s8_per_tensor, 37, 1000, Device::cuda());
@@ -69,9 +65,7 @@ TEST(CudaQuantize, StaticPerTensorIsBitExactWithReference) {
 
 TEST(CudaGemm, S32IsBitExactWithReferenceOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   const std::pair<DType, DType> pairs[] = {{DType::s8, DType::s8}, {DType::s8, DType::s4}, {DType::s4, DType::s4}};
   for (auto [adt, wdt] : pairs)
     for (int64_t m : {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255})
@@ -79,7 +73,7 @@ TEST(CudaGemm, S32IsBitExactWithReferenceOnOddShapes) {
         for (int64_t k : {64, 320}) {
           SCOPED_TRACE(std::string(to_string(adt)) + "x" + to_string(wdt) + " M=" + std::to_string(m) +
                        " N=" + std::to_string(n) + " K=" + std::to_string(k));
-          const Tensor a = random_int(adt, m, k, rng), w = random_int(wdt, n, k, rng);
+          const Tensor a = test::random_int(adt, m, k, rng), w = test::random_int(wdt, n, k, rng);
           Tensor ref = Tensor::empty(DType::s32, {m, n});
           gemm_s32(a.view(), w.view(), ref.view());
           Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
@@ -116,31 +110,23 @@ class CudaLinearFormat : public ::testing::TestWithParam<const char*> {};
 TEST_P(CudaLinearFormat, MatchesReference) {
   NIBBLE_REQUIRE_GPU();
   const LinearFormat f = parse_linear_format(GetParam());
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   for (int64_t m : {1, 3, 17, 64})
     for (DType out : {DType::f32, DType::bf16}) {
       const int64_t n = 136, k = 512;
       SCOPED_TRACE("M=" + std::to_string(m) + " out " + to_string(out));
-      const Tensor w = random_float(DType::f32, n, k, rng, 0.02f);
+      const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
       QuantizedWeight qw(f.weight, n, k);
       quantize_weight(w.view(), qw.view());
-      const Tensor x = random_float(DType::bf16, m, k, rng);
-      const Tensor bias = random_float(DType::f32, 1, n, rng);
-      TensorView bias_view = bias.view();
-      bias_view.rank = 1;
-      bias_view.shape[0] = n;
-      bias_view.strides[0] = 1;
+      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
+      const Tensor bias = test::random_normal(DType::f32, 1, n, rng);
+      const TensorView bias_view = test::as_vector(bias);
       Tensor ref = Tensor::empty(out, {m, n});
       Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
       got.fill_bytes(0xFF);  // NaN in every float dtype: unwritten elements fail the check
       const QuantizedWeight qwd = qw.to(Device::cuda());
       const Tensor bias_d = bias.to(Device::cuda());
-      TensorView bias_dv = bias_d.view();
-      bias_dv.rank = 1;
-      bias_dv.shape[0] = n;
-      bias_dv.strides[0] = 1;
+      const TensorView bias_dv = test::as_vector(bias_d);
       if (f.act == ActScheme::none) {
         linear(x.view(), qw.view(), &bias_view, ref.view());
         const Tensor xd = x.to(Device::cuda());

@@ -26,16 +26,14 @@ Tensor gpu_s32(const Tensor& a, const PackedWeight& wd, int64_t m, int64_t n) {
 
 TEST(CudaW4A8, S32IsBitExactOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   const std::pair<int64_t, int64_t> nk[] = {{8, 32}, {72, 160}, {264, 4096}, {1000, 544}};
   for (auto [n, k] : nk) {
-    const Tensor w = random_int(DType::s4, n, k, rng);
+    const Tensor w = test::random_int(DType::s4, n, k, rng);
     const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
     for (int64_t m : kOddM) {
       SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
-      const Tensor a = random_int(DType::s8, m, k, rng);
+      const Tensor a = test::random_int(DType::s8, m, k, rng);
       Tensor ref = Tensor::empty(DType::s32, {m, n});
       gemm_s32(a.view(), w.view(), ref.view());
       ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
@@ -63,16 +61,14 @@ TEST(CudaW4A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
 
 TEST(CudaW4A8, SplitKIsDeterministic) {
   NIBBLE_REQUIRE_GPU();
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   const int64_t m = 5, n = 512, k = 8192;  // few tiles, long K: split-K is chosen
-  const Tensor w = random_float(DType::f32, n, k, rng, 0.02f);
+  const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
   QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
   quantize_weight(w.view(), qw.view());
   const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
   QuantizedActivation qa(ActScheme::s8_per_token, m, k);
-  quantize_activation(random_float(DType::bf16, m, k, rng).view(), qa.view());
+  quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
   const QuantizedActivation qad = qa.to(Device::cuda());
   Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
   linear(qad.view(), wd.view(), nullptr, d1.view());
@@ -97,24 +93,22 @@ TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
   const LinearFormat f = parse_linear_format(GetParam().format);
   const DType out = GetParam().out;
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   // K = 352 is not a multiple of the layout's 128: exercises the zero-filled K tail.
   const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}};
   for (auto [n, k] : nk) {
     if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
-    const Tensor w = random_float(DType::f32, n, k, rng, 0.02f);
+    const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
     QuantizedWeight qw(f.weight, n, k);
     quantize_weight(w.view(), qw.view());
     const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
-    const Tensor bias = random_float(DType::bf16, 1, n, rng);
+    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
     const Tensor bias_d = bias.to(Device::cuda());
-    const TensorView bias_v = as_vector(bias), bias_dv = as_vector(bias_d);
+    const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
     for (int64_t m : kOddM) {
       SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
       QuantizedActivation qa(f.act, m, k);
-      const Tensor x = random_float(DType::bf16, m, k, rng);
+      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
       if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
       else quantize_activation(x.view(), qa.view());
       Tensor ref = Tensor::empty(out, {m, n});
@@ -145,8 +139,8 @@ TEST(CudaW4A8, RejectsMisalignedActivationsBeforeLaunch) {
   NIBBLE_REQUIRE_GPU();
   const int64_t m = 4, n = 64, k = 64;
   QuantizedWeight qw(parse_weight_format("w4_pc"), n, k);
-  std::mt19937 rng(fresh_seed());
-  quantize_weight(random_float(DType::f32, n, k, rng).view(), qw.view());
+  test::Rng rng;
+  quantize_weight(test::random_normal(DType::f32, n, k, rng).view(), qw.view());
   const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
   QuantizedActivation qa(ActScheme::s8_per_token, m, k + 16, Device::cuda());
   QuantizedActivationView v = qa.view();

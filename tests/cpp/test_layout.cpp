@@ -41,14 +41,12 @@ class LayoutPackFormat : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LayoutPackFormat, PackKeepsEveryValueAndTheCpuResult) {
   const LinearFormat f = parse_linear_format(GetParam());
-  const uint32_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  test::Rng rng;  // fresh seed, printed on failure
   // N not a multiple of 8; K not a multiple of 128 where the group allows (K = 352 for per
   // channel and g32; g128 needs K = 640, a multiple of 128).
   const int64_t m = 5, n = 21, k = f.weight.group_size == 128 ? 640 : 352;
   QuantizedWeight qw(f.weight, n, k);
-  quantize_weight(random_float(DType::f32, n, k, rng, 0.05f).view(), qw.view());
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.05).view(), qw.view());
   const PackedWeight packed = pack_weight(qw.view());
   const PackedWeightView pv = packed.view();
   EXPECT_EQ(pv.n_pad, 24);
@@ -58,7 +56,7 @@ TEST_P(LayoutPackFormat, PackKeepsEveryValueAndTheCpuResult) {
       ASSERT_EQ(packed_weight_value(pv, r, c),
                 load_int(qw.q.data(), qw.q.view().dtype, r * k + c)) << r << ", " << c;
   QuantizedActivation qa(f.act, m, k);
-  quantize_activation(random_float(DType::bf16, m, k, rng).view(), qa.view());
+  quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
   Tensor ref = Tensor::empty(DType::f32, {m, n}), got = Tensor::empty(DType::f32, {m, n});
   linear(qa.view(), qw.view(), nullptr, ref.view());
   got.fill_bytes(0xFF);
@@ -83,13 +81,13 @@ TEST(LayoutW4MmaK128, RejectsFormatsWithoutAPackedLayout) {
 }
 
 TEST(LayoutW4MmaK128, PackedS4MatrixRoundTripsAndGemmMatchesLogical) {
-  std::mt19937 rng(fresh_seed());
-  const Tensor w = random_int(DType::s4, 13, 160, rng);
+  test::Rng rng;
+  const Tensor w = test::random_int(DType::s4, 13, 160, rng);
   const PackedWeight p = pack_s4_matrix(w.view());
   for (int64_t r = 0; r < 13; ++r)
     for (int64_t c = 0; c < 160; ++c)
       ASSERT_EQ(packed_weight_value(p.view(), r, c), load_int(w.data(), DType::s4, r * 160 + c));
-  const Tensor a = random_int(DType::s8, 3, 160, rng);
+  const Tensor a = test::random_int(DType::s8, 3, 160, rng);
   Tensor ref = Tensor::empty(DType::s32, {3, 13}), got = Tensor::empty(DType::s32, {3, 13});
   gemm_s32(a.view(), w.view(), ref.view());
   gemm_s32(a.view(), p.view(), got.view());
