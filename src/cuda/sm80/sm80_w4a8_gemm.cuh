@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // operand, selected as an index, never as a pointer.
   const int64_t a_off0 = int64_t(m0 + (tid >> 3)) * p.lda + (tid & 7) * 16;
   const int64_t w_off0 = int64_t((n0 >> 3) + (tid >> 5)) * p.kblocks * 512 + (tid & 31) * 16;
-  auto load_a = [&](int stage, int kb) {
+  auto load_a = [&](int stage, int kb) __attribute__((always_inline)) {
     uint8_t* a_sh = smem + stage * Cfg::kStageBytes;
 #pragma unroll
     for (int i = 0; i < kAIters; ++i) {
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), p.a + (valid ? off : 0), valid);
     }
   };
-  auto load_w = [&](int stage, int kb) {
+  auto load_w = [&](int stage, int kb) __attribute__((always_inline)) {
     uint8_t* w_sh = smem + stage * Cfg::kStageBytes + Cfg::kABytes;
 #pragma unroll
     for (int i = 0; i < kWIters; ++i) {
