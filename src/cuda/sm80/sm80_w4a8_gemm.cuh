@@ -198,50 +198,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const uint64_t weight_policy = ptx::evict_first_policy();
 
   // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
-  // The copy plan is computed once: each thread keeps the global address of its first 16-byte
-  // chunk at K block 0 and a mask of its chunks inside the matrix; a stage only adds offsets.
-  constexpr int kAChunks = BM * 8, kWChunks = BN * 4;  // 16-byte chunks per stage
-  constexpr int kAIters = (kAChunks + Cfg::kThreads - 1) / Cfg::kThreads;
-  constexpr int kWIters = (kWChunks + Cfg::kThreads - 1) / Cfg::kThreads;
-  static_assert(kAIters + kWIters <= 32, "chunk mask holds 32 flags");
-  static_assert(Cfg::kThreads % 32 == 0, "chunk i must be chunk 0 moved by whole rows / blocks");
-  // Chunk i of a thread is chunk 0 moved down kThreads/8 rows of A (kThreads/32 n8 blocks of
-  // W), so two base pointers and a validity mask describe them all.
-  uint32_t in_matrix = 0;  // bit i: A chunk i (row < M); bit kAIters + i: W chunk i (n < N_pad)
+  auto load_stage = [&](int stage, int kb) {
+    uint8_t* base = smem + stage * Cfg::kStageBytes;
+    uint8_t* a_sh = base;
+    uint8_t* w_sh = base + Cfg::kABytes;
 #pragma unroll
-  for (int i = 0; i < kAIters; ++i) {
-    const int idx = tid + i * Cfg::kThreads;
-    in_matrix |= uint32_t(idx < kAChunks && m0 + (idx >> 3) < p.m) << i;
-  }
-#pragma unroll
-  for (int i = 0; i < kWIters; ++i) {
-    const int idx = tid + i * Cfg::kThreads;
-    in_matrix |= uint32_t(idx < kWChunks && ((n0 >> 3) + (idx >> 5)) * 8 < p.n_pad) << (kAIters + i);
-  }
-  // Offsets (not pointers) of chunk 0: a copy outside the matrix reads from offset 0 of the
-  // operand, selected as an index, never as a pointer.
-  const int64_t a_off0 = int64_t(m0 + (tid >> 3)) * p.lda + (tid & 7) * 16;
-  const int64_t w_off0 = int64_t((n0 >> 3) + (tid >> 5)) * p.kblocks * 512 + (tid & 31) * 16;
-  auto load_a = [&](int stage, int kb) __attribute__((always_inline)) {
-    uint8_t* a_sh = smem + stage * Cfg::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < kAIters; ++i) {
-      const int idx = tid + i * Cfg::kThreads, r = idx >> 3, c = idx & 7;
-      if (kAChunks % Cfg::kThreads != 0 && idx >= kAChunks) break;
-      const bool valid = ((in_matrix >> i) & 1u) && kb * 128 + c * 16 < p.k;
-      const int64_t off = a_off0 + int64_t(i * (Cfg::kThreads / 8)) * p.lda + kb * 128;
-      cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), p.a + (valid ? off : 0), valid);
+    for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
+      const int r = i >> 3, c = i & 7;
+      const int gm = m0 + r, gk = kb * 128 + c * 16;
+      const bool valid = gm < p.m && gk < p.k;
+      const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
+      cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
     }
-  };
-  auto load_w = [&](int stage, int kb) __attribute__((always_inline)) {
-    uint8_t* w_sh = smem + stage * Cfg::kStageBytes + Cfg::kABytes;
 #pragma unroll
-    for (int i = 0; i < kWIters; ++i) {
-      const int idx = tid + i * Cfg::kThreads;
-      if (kWChunks % Cfg::kThreads != 0 && idx >= kWChunks) break;
-      const bool valid = (in_matrix >> (kAIters + i)) & 1u;
-      const int64_t off = w_off0 + int64_t(i * (Cfg::kThreads / 32)) * p.kblocks * 512 + kb * 512;
-      ptx::cp_async_16_stream(w_sh + idx * 16, p.w + (valid ? off : 0), valid, weight_policy);
+    for (int i = tid; i < BN * 4; i += Cfg::kThreads) {  // 16-byte chunks of W (32 per n8 block)
+      const int nb = i >> 5, part = i & 31;
+      const int gnb = (n0 >> 3) + nb;
+      const bool valid = gnb * 8 < p.n_pad;
+      const uint8_t* src = p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * 512 + part * 16;
+      ptx::cp_async_16_stream(w_sh + nb * 512 + part * 16, src, valid, weight_policy);
     }
     if constexpr (Cfg::kScaleBytes > 0 || Cfg::kParamBytes > 0) {
       constexpr int kElemBytes = EPI == W4A8Epilogue::group ? 4 : 2;
@@ -281,21 +256,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kb) {
-      load_a(s, kb_begin + s);
-      load_w(s, kb_begin + s);
-    }
+    if (s < num_kb) load_stage(s, kb_begin + s);
     ptx::cp_async_commit();
   }
 
   for (int it = 0; it < num_kb; ++it) {
     ptx::cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` visible to all; stage `it-1` no longer read by anyone
-    // The prefetch of stage it + STAGES − 1 (into the slot of it − 1) is issued in two parts
-    // after the MMAs of k32 steps 0 and 1, so its address math and copies overlap the tensor
-    // cores instead of running while every warp waits at the barrier.
-    const int pf = it + STAGES - 1;
-    const bool prefetch = pf < num_kb;
+    {
+      const int pf = it + STAGES - 1;
+      if (pf < num_kb) load_stage(pf % STAGES, kb_begin + pf);
+      ptx::cp_async_commit();
+    }
     const int kb = kb_begin + it;
     const uint8_t* base = smem + (it % STAGES) * Cfg::kStageBytes;
     const uint8_t* a_sh = base;
@@ -361,11 +333,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) ptx::mma_s8_16832(acc[mt][nt], af[cur][mt], b[nt]);
-      if (j == 0 && prefetch) load_a(pf % STAGES, kb_begin + pf);
-      if (j == 1) {
-        if (prefetch) load_w(pf % STAGES, kb_begin + pf);
-        ptx::cp_async_commit();  // one group per iteration, empty or not: keeps wait<> counts
-      }
       if constexpr (EPI == W4A8Epilogue::group) {
         // End of a group: fold the exact int32 partial sums into f32 with the group's scale.
         if (((kb * 4 + j + 1) % (Cfg::GROUP / 32)) == 0) {
