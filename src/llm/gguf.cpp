@@ -1,0 +1,309 @@
+#include "llm/gguf.h"
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "common/check.h"
+#include "nibble/numeric.h"
+
+namespace nibble::llm {
+
+namespace {
+
+[[noreturn]] void fail_file(const std::string& what, const std::string& msg,
+                            ErrorCode code = ErrorCode::invalid_argument) {
+  detail::fail(code, "nibble::llm::GgufFile: " + what + ": " + msg);
+}
+
+// A cursor over the file bytes; every read is checked against what is left.
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t>& bytes, const std::string& what) : b_(bytes), what_(what) {}
+
+  uint64_t pos() const { return pos_; }
+  uint64_t left() const { return b_.size() - pos_; }
+
+  void need(uint64_t n, const std::string& field) const {
+    if (n > left())
+      fail_file(what_, "truncated while reading " + field + " at byte " + std::to_string(pos_) +
+                           ": " + std::to_string(n) + " bytes needed, " + std::to_string(left()) +
+                           " left",
+                ErrorCode::io_error);
+  }
+
+  template <class T>
+  T read(const std::string& field) {
+    need(sizeof(T), field);
+    T v;
+    std::memcpy(&v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+
+  std::string string(const std::string& field) {
+    const uint64_t n = read<uint64_t>(field + " length");
+    need(n, field);
+    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), static_cast<size_t>(n));
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  const std::vector<uint8_t>& b_;
+  const std::string& what_;
+  uint64_t pos_ = 0;
+};
+
+enum ValueType : uint32_t {
+  kU8 = 0, kI8, kU16, kI16, kU32, kI32, kF32, kBool, kString, kArray, kU64, kI64, kF64
+};
+
+// Smallest encoding of one element of a type, to bound array counts by the bytes left.
+uint64_t min_size(uint32_t type) {
+  switch (type) {
+    case kU8: case kI8: case kBool: return 1;
+    case kU16: case kI16: return 2;
+    case kU32: case kI32: case kF32: return 4;
+    default: return 8;  // u64, i64, f64, string (its length field)
+  }
+}
+
+GgufValue::Scalar read_scalar(Reader& r, uint32_t type, const std::string& field,
+                              const std::string& what) {
+  switch (type) {
+    case kU8: return uint64_t{r.read<uint8_t>(field)};
+    case kI8: return int64_t{r.read<int8_t>(field)};
+    case kU16: return uint64_t{r.read<uint16_t>(field)};
+    case kI16: return int64_t{r.read<int16_t>(field)};
+    case kU32: return uint64_t{r.read<uint32_t>(field)};
+    case kI32: return int64_t{r.read<int32_t>(field)};
+    case kF32: return double{r.read<float>(field)};
+    case kBool: {
+      const uint8_t v = r.read<uint8_t>(field);
+      if (v > 1) fail_file(what, field + " is a bool with value " + std::to_string(v));
+      return v == 1;
+    }
+    case kString: return r.string(field);
+    case kU64: return r.read<uint64_t>(field);
+    case kI64: return r.read<int64_t>(field);
+    case kF64: return r.read<double>(field);
+    default:
+      fail_file(what, field + " has unknown value type " + std::to_string(type));
+  }
+}
+
+uint64_t block_elems(GgmlType t) {
+  return t == GgmlType::q4_0 || t == GgmlType::q4_1 || t == GgmlType::q8_0 ? 32 : 1;
+}
+
+uint64_t block_bytes(GgmlType t) {
+  switch (t) {
+    case GgmlType::f32: return 4;
+    case GgmlType::f16:
+    case GgmlType::bf16: return 2;
+    case GgmlType::q4_0: return 18;  // f16 scale + 16 bytes of nibbles
+    case GgmlType::q4_1: return 20;  // f16 scale, f16 min + 16 bytes
+    case GgmlType::q8_0: return 34;  // f16 scale + 32 int8
+  }
+  return 0;
+}
+
+bool known_type(uint32_t t) {
+  return t == 0 || t == 1 || t == 2 || t == 3 || t == 8 || t == 30;
+}
+
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_bits_to_f32(h);
+}
+
+}  // namespace
+
+const char* to_string(GgmlType t) {
+  switch (t) {
+    case GgmlType::f32: return "F32";
+    case GgmlType::f16: return "F16";
+    case GgmlType::q4_0: return "Q4_0";
+    case GgmlType::q4_1: return "Q4_1";
+    case GgmlType::q8_0: return "Q8_0";
+    case GgmlType::bf16: return "BF16";
+  }
+  return "?";
+}
+
+uint64_t GgufTensorInfo::numel() const {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  return n;
+}
+
+GgufFile GgufFile::open(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) fail_file(path, "cannot open the file", ErrorCode::io_error);
+  const std::streamoff size = f.tellg();
+  if (size < 0) fail_file(path, "cannot read the file size", ErrorCode::io_error);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.seekg(0);
+  if (!f.read(reinterpret_cast<char*>(bytes.data()), size))
+    fail_file(path, "cannot read the file", ErrorCode::io_error);
+  return parse(std::move(bytes), path);
+}
+
+GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& what) {
+  GgufFile g;
+  g.bytes_ = std::move(bytes);
+  g.what_ = what;
+  Reader r(g.bytes_, g.what_);
+  if (r.read<uint32_t>("magic") != 0x46554747u)  // "GGUF" little-endian
+    fail_file(what, "not a GGUF file (the first 4 bytes are not \"GGUF\")");
+  g.version_ = r.read<uint32_t>("version");
+  if (g.version_ != 2 && g.version_ != 3)
+    fail_file(what, "GGUF version " + std::to_string(g.version_) + " is not supported (2 or 3)");
+  const uint64_t n_tensors = r.read<uint64_t>("tensor count");
+  const uint64_t n_kv = r.read<uint64_t>("metadata count");
+  // Each pair and each tensor info takes at least 12 bytes: reject counts the file cannot hold.
+  if (n_kv > r.left() / 12 || n_tensors > r.left() / 12)
+    fail_file(what, "counts (" + std::to_string(n_kv) + " metadata, " + std::to_string(n_tensors) +
+                        " tensors) exceed what the file can hold");
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    const std::string key = r.string("metadata key " + std::to_string(i));
+    const uint32_t type = r.read<uint32_t>("type of " + key);
+    GgufValue v;
+    if (type == kArray) {
+      v.is_array = true;
+      const uint32_t et = r.read<uint32_t>("element type of " + key);
+      if (et == kArray) fail_file(what, key + " is an array of arrays, which is not supported");
+      const uint64_t count = r.read<uint64_t>("length of " + key);
+      if (count > r.left() / min_size(et))
+        fail_file(what, key + " claims " + std::to_string(count) +
+                            " elements, more than the file can hold");
+      v.array.reserve(static_cast<size_t>(count));
+      for (uint64_t j = 0; j < count; ++j) v.array.push_back(read_scalar(r, et, key, what));
+    } else {
+      v.scalar = read_scalar(r, type, key, what);
+    }
+    if (!g.metadata_.emplace(key, std::move(v)).second)
+      fail_file(what, "metadata key '" + key + "' appears twice");
+  }
+  uint64_t alignment = 32;
+  if (auto it = g.metadata_.find("general.alignment"); it != g.metadata_.end()) {
+    const auto* a = std::get_if<uint64_t>(&it->second.scalar);
+    if (a == nullptr || *a == 0 || (*a & (*a - 1)) != 0 || *a > 65536)
+      fail_file(what, "general.alignment must be a power of two up to 65536");
+    alignment = *a;
+  }
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensorInfo t;
+    t.name = r.string("tensor name " + std::to_string(i));
+    const uint32_t n_dims = r.read<uint32_t>("dimension count of " + t.name);
+    if (n_dims == 0 || n_dims > 4)
+      fail_file(what, "tensor '" + t.name + "' has " + std::to_string(n_dims) +
+                          " dimensions (1 to 4 expected)");
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t dim = r.read<uint64_t>("dimensions of " + t.name);
+      if (dim == 0 || dim > (uint64_t{1} << 40) || numel > (uint64_t{1} << 40) / dim)
+        fail_file(what, "tensor '" + t.name + "' has an invalid or too large shape");
+      numel *= dim;
+      t.dims.push_back(dim);
+    }
+    const uint32_t type = r.read<uint32_t>("type of " + t.name);
+    if (!known_type(type))
+      fail_file(what, "tensor '" + t.name + "' has ggml type " + std::to_string(type) +
+                          ", not one of F32 F16 BF16 Q8_0 Q4_0 Q4_1", ErrorCode::unsupported);
+    t.type = static_cast<GgmlType>(type);
+    if (t.dims[0] % block_elems(t.type) != 0)
+      fail_file(what, "tensor '" + t.name + "' has a first dimension that is not a multiple of " +
+                          std::to_string(block_elems(t.type)) + " for " + to_string(t.type));
+    t.nbytes = numel / block_elems(t.type) * block_bytes(t.type);
+    t.offset = r.read<uint64_t>("offset of " + t.name);
+    if (t.offset % alignment != 0)
+      fail_file(what, "tensor '" + t.name + "' is not aligned to " + std::to_string(alignment));
+    g.tensors_.push_back(std::move(t));
+  }
+  g.data_start_ = (r.pos() + alignment - 1) / alignment * alignment;
+  const uint64_t data_size = g.bytes_.size() > g.data_start_ ? g.bytes_.size() - g.data_start_ : 0;
+  for (const auto& t : g.tensors_)
+    if (t.offset > data_size || t.nbytes > data_size - t.offset)
+      fail_file(what, "tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at offset " +
+                          std::to_string(t.offset) + ") lies outside the data section of " +
+                          std::to_string(data_size) + " bytes",
+                ErrorCode::io_error);
+  return g;
+}
+
+const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return t;
+  fail_file(what_, "no tensor named '" + name + "'");
+}
+
+namespace {
+template <class T>
+const T& metadata_as(const std::map<std::string, GgufValue>& m, const std::string& key,
+                     const std::string& what, const char* type) {
+  auto it = m.find(key);
+  if (it == m.end()) fail_file(what, "metadata key '" + key + "' is missing");
+  const T* v = it->second.is_array ? nullptr : std::get_if<T>(&it->second.scalar);
+  if (v == nullptr) fail_file(what, "metadata key '" + key + "' is not " + type);
+  return *v;
+}
+}  // namespace
+
+std::string GgufFile::get_string(const std::string& key) const {
+  return metadata_as<std::string>(metadata_, key, what_, "a string");
+}
+
+uint64_t GgufFile::get_uint(const std::string& key) const {
+  return metadata_as<uint64_t>(metadata_, key, what_, "an unsigned integer");
+}
+
+double GgufFile::get_float(const std::string& key) const {
+  return metadata_as<double>(metadata_, key, what_, "a float");
+}
+
+std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
+  const uint8_t* p = bytes_.data() + data_start_ + t.offset;
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  const uint64_t blocks = t.numel() / block_elems(t.type);
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = p + b * block_bytes(t.type);
+    float* o = out.data() + b * block_elems(t.type);
+    switch (t.type) {
+      case GgmlType::f32: std::memcpy(o, blk, 4); break;
+      case GgmlType::f16: o[0] = f16_at(blk); break;
+      case GgmlType::bf16: {
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        o[0] = bf16_bits_to_f32(h);
+        break;
+      }
+      case GgmlType::q8_0: {
+        const float d = f16_at(blk);
+        for (int j = 0; j < 32; ++j) o[j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
+        break;
+      }
+      case GgmlType::q4_0: {  // x = (q − 8)·d; element j in the low nibble of byte j, j+16 high
+        const float d = f16_at(blk);
+        for (int j = 0; j < 16; ++j) {
+          o[j] = d * static_cast<float>((blk[2 + j] & 0xF) - 8);
+          o[j + 16] = d * static_cast<float>((blk[2 + j] >> 4) - 8);
+        }
+        break;
+      }
+      case GgmlType::q4_1: {  // x = q·d + m
+        const float d = f16_at(blk), m = f16_at(blk + 2);
+        for (int j = 0; j < 16; ++j) {
+          o[j] = d * static_cast<float>(blk[4 + j] & 0xF) + m;
+          o[j + 16] = d * static_cast<float>(blk[4 + j] >> 4) + m;
+        }
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace nibble::llm

@@ -1,0 +1,71 @@
+// GGUF model files (llama.cpp's format): a bounds-checked reader of the header, the metadata
+// key/value table and the tensor table, and dequantization of F32 / F16 / BF16 / Q8_0 / Q4_0 /
+// Q4_1 tensors to f32.
+//
+// Layout (little-endian): "GGUF", version (u32, 2 or 3), tensor count (u64), metadata count
+// (u64); the metadata pairs (string key, u32 type, value); the tensor infos (string name, u32
+// n_dims, u64 dims[n_dims] innermost first, u32 ggml type, u64 offset into the data section);
+// padding to `general.alignment` (default 32); the data section. Strings are u64 length + bytes.
+// Every read is checked against the file size and every count against what the remaining bytes
+// can hold, so a malformed or hostile file gets nibble::Error(io_error / invalid_argument), never
+// an out-of-bounds read or a huge allocation.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace nibble::llm {
+
+/// ggml tensor types this reader understands (the numbers are the file's).
+enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q8_0 = 8, bf16 = 30 };
+const char* to_string(GgmlType t);
+
+/// One metadata value: a scalar, a string, or an array of scalars or strings.
+struct GgufValue {
+  using Scalar = std::variant<uint64_t, int64_t, double, bool, std::string>;
+  Scalar scalar;
+  std::vector<Scalar> array;  ///< non-empty (or is_array) for array values
+  bool is_array = false;
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  std::vector<uint64_t> dims;  ///< innermost (contiguous) dimension first, as in the file
+  GgmlType type = GgmlType::f32;
+  uint64_t offset = 0;         ///< from the start of the data section
+  uint64_t nbytes = 0;
+  uint64_t numel() const;
+};
+
+class GgufFile {
+ public:
+  /// Parses a whole file held in memory (the caller keeps `bytes` alive).
+  static GgufFile parse(std::vector<uint8_t> bytes, const std::string& what = "buffer");
+  static GgufFile open(const std::string& path);
+
+  uint32_t version() const { return version_; }
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  const GgufTensorInfo& tensor(const std::string& name) const;
+
+  /// Metadata accessors; throw nibble::Error naming the key when it is absent or of another type.
+  std::string get_string(const std::string& key) const;
+  uint64_t get_uint(const std::string& key) const;
+  double get_float(const std::string& key) const;
+
+  /// The tensor's values as f32, in file order (innermost dimension fastest).
+  std::vector<float> dequantize(const GgufTensorInfo& t) const;
+
+ private:
+  std::vector<uint8_t> bytes_;
+  std::string what_;
+  uint32_t version_ = 0;
+  uint64_t data_start_ = 0;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensorInfo> tensors_;
+};
+
+}  // namespace nibble::llm
