@@ -54,6 +54,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/element.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
@@ -115,47 +116,27 @@ struct W4A8GemmConfig {
 
 namespace detail {
 
-__device__ __forceinline__ float load_scalar(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
 // Stores two adjacent outputs (cols c, c+1 of one row); the second only if it is inside N.
+// Aligned pairs go out as one 2-element vector store; the rest through the shared scalar store.
 __device__ __forceinline__ void store_pair(const W4A8GemmParams& p, int row, int col, float v0,
                                            float v1, bool two) {
   const int64_t i = int64_t(row) * p.ldd + col;
-  const bool vec = two && (i % 2 == 0);
-  switch (p.d_dtype) {
-    case DType::bf16: {
-      auto* d = static_cast<__nv_bfloat16*>(p.d);
-      if (vec) *reinterpret_cast<__nv_bfloat162*>(d + i) = __floats2bfloat162_rn(v0, v1);
-      else {
-        d[i] = __float2bfloat16_rn(v0);
-        if (two) d[i + 1] = __float2bfloat16_rn(v1);
-      }
-      break;
-    }
-    case DType::f16: {
-      auto* d = static_cast<__half*>(p.d);
-      if (vec) *reinterpret_cast<__half2*>(d + i) = __floats2half2_rn(v0, v1);
-      else {
-        d[i] = __float2half_rn(v0);
-        if (two) d[i + 1] = __float2half_rn(v1);
-      }
-      break;
-    }
-    default: {
-      auto* d = static_cast<float*>(p.d);
-      if (vec) *reinterpret_cast<float2*>(d + i) = make_float2(v0, v1);
-      else {
-        d[i] = v0;
-        if (two) d[i + 1] = v1;
-      }
+  if (two && i % 2 == 0) {
+    switch (p.d_dtype) {
+      case DType::bf16:
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.d) + i) =
+            __floats2bfloat162_rn(v0, v1);
+        return;
+      case DType::f16:
+        *reinterpret_cast<__half2*>(static_cast<__half*>(p.d) + i) = __floats2half2_rn(v0, v1);
+        return;
+      default:
+        *reinterpret_cast<float2*>(static_cast<float*>(p.d) + i) = make_float2(v0, v1);
+        return;
     }
   }
+  store_float(p.d, p.d_dtype, i, v0);
+  if (two) store_float(p.d, p.d_dtype, i + 1, v1);
 }
 
 /// The output value of one element before conversion: s_a · (s_w · acc) per channel and
@@ -166,7 +147,7 @@ __device__ __forceinline__ float finish(const W4A8GemmParams& p, int row, int co
                                         float facc) {
   const float s_a = p.a_scales[row * p.a_scale_step];
   float v = EPI == W4A8Epilogue::group ? s_a * facc : s_a * (p.w_scales[col] * float(acc));
-  if (p.bias != nullptr) v += load_scalar(p.bias, p.bias_dtype, col);
+  if (p.bias != nullptr) v += load_float(Operand{p.bias, p.bias_dtype, 1}, col, 0);
   return v;
 }
 
