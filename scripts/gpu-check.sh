@@ -5,6 +5,8 @@
 # Files written (at most 8, flat, so the device tool can return them all):
 #   build.log (with SASS MMA / local-memory counts)  test.log  demo.log  bench.log  bench.json
 #   summary.json  sanitizer-memcheck.log  sanitizer-racecheck.log
+# Env: NIBBLE_COMMIT (recorded in the JSON), NIBBLE_BENCH_ARGS (extra `bench gemm` arguments),
+#      NIBBLE_BENCH_KERNELS (see the bench section), NIBBLE_WERROR (default ON).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/build/gpu-check}"
@@ -39,13 +41,13 @@ bin="build/$preset"
 test_rc=0
 if [ $run_tests -eq 1 ]; then
   "$bin/nibble" info | tee "$out/test.log"
-  ctest --test-dir "$bin" -j 4 --output-on-failure >> "$out/test.log" 2>&1
+  ctest --test-dir "$bin" -j 4 --timeout 300 --output-on-failure >> "$out/test.log" 2>&1
   test_rc=$?
   grep -E "tests passed|tests failed|Skipped|Failed" "$out/test.log" | tail -15
   # compute-sanitizer on the tensor-core kernels: out-of-bounds / misaligned accesses
   # (memcheck) and shared-memory races (racecheck) on odd shapes, split-K included.
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 10 "$bin/tests/cpp/nibble_tests" \
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 10 "$bin/tests/cpp/nibble_tests" \
       --gtest_filter='CudaW4A8.S32IsBitExactOnOddShapes:CudaW4A8.SplitKIsDeterministic' \
       > "$out/sanitizer-$tool.log" 2>&1 && echo "compute-sanitizer $tool: clean" | tee -a "$out/test.log" \
       || { echo "compute-sanitizer $tool: FAILED" | tee -a "$out/test.log"; status=1; }
@@ -57,10 +59,18 @@ fi
 
 bench_rc=0
 if [ $run_bench -eq 1 ]; then
-  "$bin/nibble" bench gemm --json "$out/bench.json" --commit "${NIBBLE_COMMIT:-unknown}" \
-    ${NIBBLE_BENCH_ARGS:-} > "$out/bench.log" 2>&1
-  bench_rc=$?
-  tail -60 "$out/bench.log"
+  # NIBBLE_BENCH_KERNELS="sm80_w4a8_gemm sm90_w4a8_gemm" times the W4A8 rows once per forced
+  # kernel (bench-<kernel>.json each); otherwise one run with the dispatcher's choice.
+  for kernel in ${NIBBLE_BENCH_KERNELS:-dispatch}; do
+    json="$out/bench.json"
+    [ "$kernel" = dispatch ] || json="$out/bench-${kernel%%_*}.json"
+    [ "$kernel" = dispatch ] || export NIBBLE_W4A8_KERNEL="$kernel"
+    echo "== bench ($kernel)" >> "$out/bench.log"
+    timeout 400 "$bin/nibble" bench gemm --json "$json" --commit "${NIBBLE_COMMIT:-unknown}" \
+      ${NIBBLE_BENCH_ARGS:-} >> "$out/bench.log" 2>&1 || bench_rc=1
+    unset NIBBLE_W4A8_KERNEL
+  done
+  tail -80 "$out/bench.log"
   [ $bench_rc -eq 0 ] || status=1
 fi
 

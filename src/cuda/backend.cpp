@@ -1,12 +1,16 @@
 // The CUDA backend behind the public API: kernel-specific preconditions, selection, launch.
 #include "cuda/backend.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/dispatch/registry.h"
 #include "cuda/generic/act_quant.h"
 #include "cuda/generic/simt_linear.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/launch/sm90_w4a8_gemm.h"
 #include "nibble/device.h"
 
 namespace nibble::cuda {
@@ -120,6 +124,34 @@ void require_sm80(int device) {
                              std::to_string(info.cc_minor) + ")");
 }
 
+// Which W4A8 kernel runs a packed-weight call. On Hopper the wgmma kernel takes every M from
+// kSm90MinTokens up, for the formats it implements; below that (a weight stream, where
+// sm80_w4a8_gemm's split-K thin tiles fill the GPU) and on other GPUs, sm80_w4a8_gemm runs.
+// NIBBLE_W4A8_KERNEL=sm80_w4a8_gemm or sm90_w4a8_gemm forces one where it can run (for
+// benchmarks comparing the two; both compute the same results).
+constexpr int64_t kSm90MinTokens = 64;
+
+bool use_sm90_w4a8(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group) {
+  if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
+  if (const char* forced = std::getenv("NIBBLE_W4A8_KERNEL")) {
+    const std::string f = forced;
+    if (f == "sm80_w4a8_gemm") return false;
+    if (f == "sm90_w4a8_gemm") return true;
+  }
+  return m >= kSm90MinTokens;
+}
+
+void launch_w4a8(const W4A8Launch& l, Stream stream) {
+  if (use_sm90_w4a8(l.device, l.m, l.epilogue, l.group)) return launch_sm90_w4a8(l, stream);
+  launch_sm80_w4a8(l, stream);
+}
+
+sm80::W4A8Epilogue epilogue_of(const WeightFormat& w) {
+  return w.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
+         : w.per_channel()                      ? sm80::W4A8Epilogue::per_channel
+                                                : sm80::W4A8Epilogue::group;
+}
+
 }  // namespace
 
 void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
@@ -132,14 +164,12 @@ void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
   l.w_scales = static_cast<const float*>(w.scales.data);
   l.w_params = w.group_params.data;
   l.group = w.format.group_size;
-  l.epilogue = w.format.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
-               : w.format.per_channel()                     ? sm80::W4A8Epilogue::per_channel
-                                                            : sm80::W4A8Epilogue::group;
+  l.epilogue = epilogue_of(w.format);
   if (bias != nullptr) {
     l.bias = bias->data;
     l.bias_dtype = bias->dtype;
   }
-  launch_sm80_w4a8(l, stream);
+  launch_w4a8(l, stream);
 }
 
 void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const TensorView& d,
@@ -148,7 +178,7 @@ void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const Tenso
   require_sm80(a.device.index);
   W4A8Launch l = w4a8_launch(a, w, d);
   l.epilogue = sm80::W4A8Epilogue::s32;
-  launch_sm80_w4a8(l, stream);
+  launch_w4a8(l, stream);
 }
 
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device) {
@@ -161,10 +191,13 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   const DeviceInfo info = cuda_device_info(device);
   if (info.cc_major < 8) return s + "; packed weights need sm_80+";
   if (k % 32 != 0) return s + "; packed weights need K % 32 == 0";
-  const sm80::W4A8Epilogue epilogue =
-      format.weight.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
-      : format.weight.per_channel()                      ? sm80::W4A8Epilogue::per_channel
-                                                         : sm80::W4A8Epilogue::group;
+  const sm80::W4A8Epilogue epilogue = epilogue_of(format.weight);
+  const int64_t n_pad = (n + 7) / 8 * 8;
+  if (use_sm90_w4a8(device, m, epilogue, format.weight.group_size))
+    return s + "; packed weights (pack_weight): runs " +
+           describe(plan_sm90_w4a8(m, n_pad, epilogue, info.sm_count)) + " on " +
+           std::to_string(info.sm_count) + " SMs (Hopper, M >= " +
+           std::to_string(kSm90MinTokens) + ")";
   const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, k, (k + 127) / 128 * 128, epilogue,
                                        format.weight.group_size, info.sm_count);
   return s + "; packed weights (pack_weight): runs " + describe(plan) + " on " +

@@ -1,7 +1,10 @@
-// GPU tests of the W4A8 tensor-core kernels (sm80_w4a8_gemm) with packed weights, against the
-// CPU reference on the same quantized operands.
+// GPU tests of the W4A8 tensor-core kernels (sm80_w4a8_gemm, and sm90_w4a8_gemm on Hopper) with
+// packed weights, against the CPU reference on the same quantized operands. The odd-shape tests
+// run every shape through each kernel in turn (NIBBLE_W4A8_KERNEL), not only the one dispatch
+// picks for that M.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -15,6 +18,24 @@ namespace {
 // The M values the issue names, covering every tile bucket and its edges.
 const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255, 1000};
 
+// The W4A8 kernels a packed-weight call can run here; dispatch picks by M, the tests force each.
+std::vector<std::string> w4a8_kernels() {
+  std::vector<std::string> k = {"sm80_w4a8_gemm"};
+  const DeviceInfo info = cuda_device_info(0);
+  if (info.cc_major == 9 && info.cc_minor == 0 && build_info().cuda_archs.find("90a") != std::string::npos)
+    k.push_back("sm90_w4a8_gemm");
+  return k;
+}
+
+// Forces one W4A8 kernel for the scope (the dispatcher reads NIBBLE_W4A8_KERNEL per call).
+class ForceKernel {
+ public:
+  explicit ForceKernel(const std::string& name) { setenv("NIBBLE_W4A8_KERNEL", name.c_str(), 1); }
+  ~ForceKernel() { unsetenv("NIBBLE_W4A8_KERNEL"); }
+  ForceKernel(const ForceKernel&) = delete;
+  ForceKernel& operator=(const ForceKernel&) = delete;
+};
+
 Tensor gpu_s32(const Tensor& a, const PackedWeight& wd, int64_t m, int64_t n) {
   Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
   got.fill_bytes(0xCD);  // poison: every element must be written
@@ -27,16 +48,21 @@ Tensor gpu_s32(const Tensor& a, const PackedWeight& wd, int64_t m, int64_t n) {
 TEST(CudaW4A8, S32IsBitExactOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;  // fresh seed, printed on failure
-  const std::pair<int64_t, int64_t> nk[] = {{8, 32}, {72, 160}, {264, 4096}, {1000, 544}};
+  // N = 13: rows of 52 bytes, so the sm90 epilogue's unaligned (scalar) store path runs.
+  const std::pair<int64_t, int64_t> nk[] = {{8, 32}, {13, 64}, {72, 160}, {264, 4096}, {1000, 544}};
   for (auto [n, k] : nk) {
     const Tensor w = test::random_int(DType::s4, n, k, rng);
     const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
     for (int64_t m : kOddM) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
       const Tensor a = test::random_int(DType::s8, m, k, rng);
       Tensor ref = Tensor::empty(DType::s32, {m, n});
       gemm_s32(a.view(), w.view(), ref.view());
-      ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+      for (const std::string& kernel : w4a8_kernels()) {
+        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        const ForceKernel force(kernel);
+        ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+      }
     }
   }
 }
@@ -55,7 +81,11 @@ TEST(CudaW4A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
     Tensor ref = Tensor::empty(DType::s32, {m, n});
     gemm_s32(a.view(), w.view(), ref.view());
     const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
-    EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+    for (const std::string& kernel : w4a8_kernels()) {
+      SCOPED_TRACE(kernel);
+      const ForceKernel force(kernel);
+      EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+    }
   }
 }
 
@@ -95,7 +125,8 @@ TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
   const DType out = GetParam().out;
   test::Rng rng;  // fresh seed, printed on failure
   // K = 352 is not a multiple of the layout's 128: exercises the zero-filled K tail.
-  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}};
+  // N = 20 (bf16 rows of 40 bytes) takes the unaligned store paths.
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
   for (auto [n, k] : nk) {
     if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
     const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
@@ -106,19 +137,23 @@ TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
     const Tensor bias_d = bias.to(Device::cuda());
     const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
     for (int64_t m : kOddM) {
-      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
       QuantizedActivation qa(f.act, m, k);
       const Tensor x = test::random_activations(DType::bf16, m, k, rng);
       if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
       else quantize_activation(x.view(), qa.view());
       Tensor ref = Tensor::empty(out, {m, n});
       linear(qa.view(), qw.view(), &bias_v, ref.view());
-      Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
-      got.fill_bytes(0xFF);  // NaN in every float dtype
       const QuantizedActivation qad = qa.to(Device::cuda());
-      linear(qad.view(), wd.view(), &bias_dv, got.view());
-      synchronize(Device::cuda());
-      ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+      for (const std::string& kernel : w4a8_kernels()) {
+        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        const ForceKernel force(kernel);
+        Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);  // NaN in every float dtype
+        linear(qad.view(), wd.view(), &bias_dv, got.view());
+        synchronize(Device::cuda());
+        ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+      }
     }
   }
 }

@@ -27,14 +27,8 @@
 //   c ^ (r % 8). ldmatrix reads one chunk column of 8 consecutive rows; without the XOR all 8
 //   would sit in the same 4 banks (8-way conflict), with it they cover all 32 banks.
 //
-//   int4 → int8 (per 4 values, the trick written out in docs/kernels.md):
-//     x  = word & 0x0F0F0F0F                (low nibbles → one unsigned value u per byte)
-//     b  = (x · g_s + offset·0x01010101) ^ 0x80808080
-//   Every byte of x·g_s + offset is u·g_s + offset = w8 + 128 ∈ [0, 255], so no carry crosses
-//   a byte, and XOR 0x80 turns the biased byte into the two's-complement int8 w8. For s4_sym
-//   weights u = v + 8, g_s = 1 and offset = 120, giving v. That is 3 instructions per 4 values
-//   for the low nibbles and 4 for the high ones (one shift more), with no per-element shifts.
-//   The high_nibble decoding (s4_sym only) is cheaper still: b = (nibbles in the high half of
+//   int4 → int8: the offset_xor decoding of cuda/common/int4_decode.cuh (exact, 7 instructions
+//   per 8 values). The high_nibble decoding (s4_sym only) is cheaper still: b = (nibbles in the high half of
 //   each byte) XOR 0x80808080 = 16·v, 3 instructions per 8 values; the int32 sums are then 16×
 //   the true ones and are shifted back exactly, which limits the int32 span to the s8×s8
 //   bound (131071). The launcher picks it whenever that bound holds.
@@ -55,6 +49,7 @@
 #include <cstdint>
 
 #include "cuda/common/element.cuh"
+#include "cuda/common/int4_decode.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
@@ -291,11 +286,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       uint32_t b[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        uint32_t gs = 1u, offset4 = 0x78787878u;  // s4_sym: u = v + 8 → v + 128 = u + 120
-        if constexpr (EPI == W4A8Epilogue::two_level) {
-          gs = prm[cur][nt] & 0xFFu;
-          offset4 = (prm[cur][nt] >> 8) * 0x01010101u;
-        }
+        uint32_t gs = 1u, offset4 = kS4SymOffset4;
+        if constexpr (EPI == W4A8Epilogue::two_level) two_level_operands(prm[cur][nt], gs, offset4);
         const uint32_t word = bw[cur][nt];
         if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
           // u = v + 8 in a nibble; moved to the high half of its byte, 16u = 16v + 128, and
@@ -306,8 +298,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           b[nt][0] = ((word << 4) & 0xF0F0F0F0u) ^ 0x80808080u;
           b[nt][1] = (word & 0xF0F0F0F0u) ^ 0x80808080u;
         } else {
-          b[nt][0] = ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
-          b[nt][1] = (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
+          b[nt][0] = decode_low_nibbles(word, gs, offset4);
+          b[nt][1] = decode_high_nibbles(word, gs, offset4);
         }
       }
 #pragma unroll

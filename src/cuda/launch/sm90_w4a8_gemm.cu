@@ -1,0 +1,223 @@
+// Launcher of the sm90_w4a8_gemm family: the instance list, the token-tile choice, and the TMA
+// tensor maps (built per call on the host from the operands' pointers and strides; they travel
+// by value as kernel parameters, so CUDA-graph capture records them).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/check.h"
+#include "common/cuda_runtime_check.h"
+#include "cuda/launch/sm90_w4a8_gemm.h"
+#include "cuda/sm90/sm90_w4a8_gemm.cuh"
+#include "nibble/device.h"
+
+namespace nibble::cuda {
+
+using sm80::W4A8Epilogue;
+
+namespace {
+
+// The driver's tensor-map encoder, fetched through the runtime so that nothing links libcuda
+// directly (the runtime already loads it).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    NIBBLE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                       cudaEnableDefault, &status));
+    if (status != cudaDriverEntryPointSuccess || p == nullptr)
+      nibble::detail::fail(ErrorCode::cuda_error,
+                           "sm90_w4a8_gemm: the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+// Builds a tensor map of rank R: dims[0] is the contiguous one; strides (bytes) of dims 1..R-1.
+template <int R>
+CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base,
+                            const cuuint64_t (&dims)[R], const cuuint64_t (&strides)[R - 1],
+                            const cuuint32_t (&box)[R], CUtensorMapSwizzle swizzle,
+                            const char* what) {
+  CUtensorMap map;
+  std::memset(&map, 0, sizeof(map));
+  cuuint32_t element_strides[R];
+  for (int i = 0; i < R; ++i) element_strides[i] = 1;
+  const CUresult r =
+      encode_tiled()(&map, type, R, const_cast<void*>(base), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    nibble::detail::fail(ErrorCode::cuda_error, std::string("sm90_w4a8_gemm: cannot describe ") +
+                                                    what + " for TMA (CUresult " +
+                                                    std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
+// Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
+template <int BM, W4A8Epilogue E>
+struct Instance {
+  static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E>::kStageBytes;
+  static constexpr int kStages = std::min(8, 204800 / kStageBytes);
+  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E>;
+};
+
+template <int BM, W4A8Epilogue E>
+void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
+                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+  using Cfg = typename Instance<BM, E>::Cfg;
+  auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
+  static const bool configured = [&] {
+    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <W4A8Epilogue E>
+void launch_epilogue(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
+                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+  switch (bm) {
+    case 64: return launch_instance<64, E>(a, w, g, p, grid, stream);
+    case 128: return launch_instance<128, E>(a, w, g, p, grid, stream);
+    case 256:
+      if constexpr (E != W4A8Epilogue::group) return launch_instance<256, E>(a, w, g, p, grid, stream);
+      break;
+  }
+  nibble::detail::fail(ErrorCode::internal,
+                       "sm90_w4a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
+}
+
+template <int BM>
+int stages_of(W4A8Epilogue e) {
+  switch (e) {
+    case W4A8Epilogue::s32: return Instance<BM, W4A8Epilogue::s32>::kStages;
+    case W4A8Epilogue::per_channel: return Instance<BM, W4A8Epilogue::per_channel>::kStages;
+    case W4A8Epilogue::group:
+      if constexpr (BM <= 128) return Instance<BM, W4A8Epilogue::group>::kStages;
+      return 0;
+    case W4A8Epilogue::two_level: return Instance<BM, W4A8Epilogue::two_level>::kStages;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool sm90_w4a8_available(int device) {
+  static const bool compiled = std::string(NIBBLE_CUDA_ARCHS_STRING).find("90a") != std::string::npos;
+  if (!compiled) return false;
+  const DeviceInfo info = cuda_device_info(device);
+  return info.cc_major == 9 && info.cc_minor == 0;
+}
+
+bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group) {
+  switch (epilogue) {
+    case W4A8Epilogue::s32:
+    case W4A8Epilogue::per_channel: return true;
+    case W4A8Epilogue::group:
+    case W4A8Epilogue::two_level: return group == 128;
+  }
+  return false;
+}
+
+W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, W4A8Epilogue epilogue, int sm_count) {
+  // Pick the token tile with the least estimated time: waves of CTAs × the time of one tile,
+  // which grows with its tokens plus a fixed part (the weight tile's stream and decode, the
+  // pipeline fill and the epilogue, about 48 tokens' worth of MMA).
+  W4A8WgmmaPlan best;
+  int64_t best_cost = 0;
+  const int64_t tiles_n = (n_pad + 127) / 128;
+  for (int bm : {256, 128, 64}) {
+    if (bm == 256 && epilogue == W4A8Epilogue::group) continue;
+    const int64_t tiles_m = (m + bm - 1) / bm;
+    const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
+    const int64_t cost = waves * (bm + 48);
+    if (best.bm == 0 || cost < best_cost) {
+      best_cost = cost;
+      best.bm = bm;
+      best.tiles_m = static_cast<int>(tiles_m);
+      best.tiles_n = static_cast<int>(tiles_n);
+    }
+  }
+  best.stages = best.bm == 256   ? stages_of<256>(epilogue)
+                : best.bm == 128 ? stages_of<128>(epilogue)
+                                 : stages_of<64>(epilogue);
+  return best;
+}
+
+std::string describe(const W4A8WgmmaPlan& plan) {
+  return "sm90_w4a8_gemm (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
+         "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
+         " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n);
+}
+
+void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
+  if (!sm90_w4a8_handles(l.epilogue, l.group))
+    nibble::detail::fail(ErrorCode::internal, "sm90_w4a8_gemm: format not implemented here");
+  const DeviceInfo dev = cuda_device_info(l.device);
+  const W4A8WgmmaPlan plan = plan_sm90_w4a8(l.m, l.n_pad, l.epilogue, dev.sm_count);
+  const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
+
+  // Activations: (M, K) bytes, boxes of 128 bytes × BM rows with the 128-byte swizzle that the
+  // wgmma descriptor expects; rows ≥ M and columns ≥ K read as zeros.
+  const CUtensorMap map_a = make_tensor_map<2>(
+      CU_TENSOR_MAP_DATA_TYPE_UINT8, l.a, {cuuint64_t(l.k), cuuint64_t(l.m)},
+      {cuuint64_t(l.lda)}, {128u, cuuint32_t(plan.bm)}, CU_TENSOR_MAP_SWIZZLE_128B,
+      "the activations");
+  // Weights: 8×128 blocks of 512 bytes = 128 words; block (nb, kb) at (nb·kblocks + kb)·512.
+  const CUtensorMap map_w = make_tensor_map<3>(
+      CU_TENSOR_MAP_DATA_TYPE_UINT32, l.w,
+      {128u, kblocks, cuuint64_t(l.n_pad / 8)}, {512u, kblocks * 512u}, {128u, 1u, 16u},
+      CU_TENSOR_MAP_SWIZZLE_NONE, "the packed weights");
+  // Group data: one row of N_pad values per 128-wide K block.
+  CUtensorMap map_g;
+  std::memset(&map_g, 0, sizeof(map_g));
+  if (l.epilogue == W4A8Epilogue::group)
+    map_g = make_tensor_map<2>(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, l.w_scales,
+                               {cuuint64_t(l.n_pad), kblocks}, {cuuint64_t(l.n_pad) * 4},
+                               {128u, 1u}, CU_TENSOR_MAP_SWIZZLE_NONE, "the group scales");
+  if (l.epilogue == W4A8Epilogue::two_level)
+    map_g = make_tensor_map<2>(CU_TENSOR_MAP_DATA_TYPE_UINT16, l.w_params,
+                               {cuuint64_t(l.n_pad), kblocks}, {cuuint64_t(l.n_pad) * 2},
+                               {128u, 1u}, CU_TENSOR_MAP_SWIZZLE_NONE,
+                               "the two-level group parameters");
+
+  sm90::W4A8WgmmaParams p;
+  p.a_scales = l.a_scales;
+  p.a_scale_step = l.a_per_tensor ? 0 : 1;
+  p.w_scales = l.w_scales;
+  p.bias = l.bias;
+  p.bias_dtype = l.bias_dtype;
+  p.d = l.d;
+  p.ldd = l.ldd;
+  p.d_dtype = l.d_dtype;
+  p.m = static_cast<int>(l.m);
+  p.n = static_cast<int>(l.n);
+  p.kblocks = static_cast<int>(kblocks);
+  const dim3 grid(plan.tiles_m, plan.tiles_n);
+  switch (l.epilogue) {
+    case W4A8Epilogue::s32:
+      return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream);
+    case W4A8Epilogue::per_channel:
+      return launch_epilogue<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,
+                                                        stream);
+    case W4A8Epilogue::group:
+      return launch_epilogue<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
+    case W4A8Epilogue::two_level:
+      return launch_epilogue<W4A8Epilogue::two_level>(plan.bm, map_a, map_w, map_g, p, grid,
+                                                      stream);
+  }
+}
+
+}  // namespace nibble::cuda

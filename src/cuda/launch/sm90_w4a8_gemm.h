@@ -1,0 +1,29 @@
+// Host interface of the sm90_w4a8_gemm family (kernel: cuda/sm90/sm90_w4a8_gemm.cuh): the
+// wgmma + TMA W4A8 GEMM for Hopper, fed by the same W4A8Launch as sm80_w4a8_gemm.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/launch/sm80_w4a8_gemm.h"
+#include "nibble/types.h"
+
+namespace nibble::cuda {
+
+/// The tile choice for a problem: BM tokens × 128 channels per CTA, one tile per CTA.
+struct W4A8WgmmaPlan {
+  int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0;
+};
+
+/// True when `device` is a Hopper GPU (sm_90) and this build carries sm_90a code.
+bool sm90_w4a8_available(int device);
+/// True for the weight formats the kernel implements: per channel, s32, and G = 128 groups
+/// (f32 group scales or two-level).
+bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group);
+W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, sm80::W4A8Epilogue epilogue,
+                             int sm_count);
+std::string describe(const W4A8WgmmaPlan& plan);
+
+void launch_sm90_w4a8(const W4A8Launch& launch, Stream stream);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,334 @@
+// sm90_w4a8_gemm — int4 weights × int8 activations on Hopper's warpgroup MMA (sm_90a):
+// TMA loads into a shared-memory ring, one producer and two consumer warpgroups, int4 → int8
+// in the consumers' registers feeding wgmma as its register-sourced A operand.
+//
+//   D[m,n] = s_a[m] · s_w[n] · Σ_k a[m,k]·w[n,k]                  (per_channel)
+//   D[m,n] = s_a[m] · Σ_g s_w[g,n] · Σ_{k∈g} a[m,k]·w[n,k]        (group, G = 128)
+//   D[m,n] = s_a[m] · s_ch[n] · Σ_k a[m,k]·w8[n,k]                 (two_level, G = 128)
+//   D[m,n] = Σ_k a[m,k]·w[n,k]  as int32                            (s32)
+//   (+ bias[n]; D in f32, f16 or bf16, or s32)
+//
+// Operands (the same as sm80_w4a8_gemm's, so one packed weight serves both kernels)
+//   a   (M, K) s8 row-major, pitch `lda` bytes; base and pitch 16-byte aligned; K % 32 == 0.
+//   w   layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes.
+//   s_a f32 per row (or one per tensor); s_w f32 (N_pad) or (K_pad/128, N_pad); two-level
+//       parameters u16 (K_pad/128, N_pad).
+//
+// Why the weights are wgmma's A operand (the "swap AB" of mixed-input Hopper GEMMs)
+//   wgmma takes B only from shared memory, A from shared memory or registers. Converted int4
+//   weights in registers can go straight in as A, so no converted copy is written back to shared
+//   memory. The MMA therefore computes the transposed tile Dᵀ (weight channels × tokens): the
+//   weight channels are wgmma's M (64 per warpgroup), the tokens its N (BM = 64, 128 or 256).
+//   The A register fragment of warp w covers channels 16w..16w+15 exactly like mma.m16n8k32's A
+//   (see cuda/common/ptx_sm90.cuh), and the w4_mma_k128 layout stores each lane's 4-byte B
+//   fragments of mma.m16n8k32; so for one k32 step j:
+//     a[0] = low nibbles,  word j of n8 block 2w     (channels g,   k 4c..4c+3)
+//     a[1] = low nibbles,  word j of n8 block 2w+1   (channels g+8, k 4c..4c+3)
+//     a[2] = high nibbles, word j of n8 block 2w     (channels g,   k 16+4c..)
+//     a[3] = high nibbles, word j of n8 block 2w+1   (channels g+8, k 16+4c..)
+//   One 16-byte shared-memory load per n8 block gives a lane its words for all four k32 steps.
+//
+// Work split
+//   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
+//   channel column, so co-resident CTAs share activations and weights in L2).
+//   Warpgroup 0 (producer, one thread): per 128-wide K block, one TMA copy of the activation
+//   tile (BM rows × 128 bytes, 128-byte swizzle, rows past M and columns past K zero-filled),
+//   one of the weight tile (16 n8 blocks × 512 bytes) and, for grouped formats, one of the
+//   block's 128 group scales or parameters, all completing on the stage's `full` barrier.
+//   Warpgroups 1 and 2 (consumers): 64 channels each; per K block they read their weight words,
+//   convert them (cuda/common/int4_decode.cuh) and issue four wgmma m64nBMk32, wait for them,
+//   and release the stage (`empty` barrier, one arrival per consumer warp).
+//   setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds
+//   BM/2 int32 accumulators (+ BM/2 f32 for the group format).
+//
+//   ┌──────── CTA tile: 128 channels × BM tokens (computed as Dᵀ) ────────┐
+//   │ consumer WG 1: channels  0..63   → wgmma m64 × nBM, A = its weights │
+//   │ consumer WG 2: channels 64..127  → wgmma m64 × nBM, B = shared A8   │
+//   └──────────────────────────────────────────────────────────────────────┘
+//
+// Epilogue: the consumers scale by s_w (per channel; the group format folds its scales into
+// f32 partial sums per K block), write the tile transposed into shared memory (token rows,
+// padded by 16 bytes so the fragment writes hit 32 distinct banks), then each warp stores whole
+// token rows with 16-byte loads: s_a and the bias are applied there, so the result is exactly
+// sm80_w4a8_gemm's s_a · (s_w · acc) + bias.
+//
+// Limitations
+//   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_w4a8_gemm.
+//   2. Grouped formats only with G = 128 (one group per K block); other group sizes run
+//      sm80_w4a8_gemm.
+//   3. No split-K: the tile count must fill the GPU by itself, so the launcher uses this kernel
+//      only where it does (large M); small M runs sm80_w4a8_gemm's split-K tiles.
+//   4. One output tile per CTA (no persistent scheduler): the epilogue of one tile does not
+//      overlap the main loop of the next.
+// Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/element.cuh"
+#include "cuda/common/int4_decode.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/launch/sm80_w4a8_gemm.h"
+#include "nibble/types.h"
+
+namespace nibble::cuda::sm90 {
+
+using sm80::W4A8Epilogue;
+
+struct W4A8WgmmaParams {
+  const float* a_scales = nullptr;
+  int a_scale_step = 1;  // 1 per token, 0 per tensor
+  const float* w_scales = nullptr;  // per channel / two-level s_ch (N_pad); unused for group
+  const void* bias = nullptr;
+  DType bias_dtype = DType::f32;
+  void* d = nullptr;
+  int64_t ldd = 0;  // elements
+  DType d_dtype = DType::bf16;
+  int m = 0, n = 0, kblocks = 0;
+};
+
+template <int BM_, int STAGES_, W4A8Epilogue EPI_>
+struct W4A8WgmmaConfig {
+  static constexpr int BM = BM_;        // tokens per CTA tile (wgmma N)
+  static constexpr int BN = 128;        // weight channels per CTA tile (2 × wgmma M)
+  static constexpr int kBK = 128;       // K per stage
+  static constexpr int STAGES = STAGES_;
+  static constexpr W4A8Epilogue EPI = EPI_;
+  static constexpr bool kGroupScales = EPI == W4A8Epilogue::group;
+  static constexpr bool kGroupParams = EPI == W4A8Epilogue::two_level;
+  static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
+  static constexpr int kAcc = BM / 2;   // int32 accumulators per consumer thread
+  static constexpr int kABytes = BM * kBK;
+  static constexpr int kWBytes = BN * kBK / 2;
+  static constexpr int kGBytes = kGroupScales ? BN * 4 : kGroupParams ? BN * 2 : 0;
+  static constexpr int kTxBytes = kABytes + kWBytes + kGBytes;
+  // Stages stay 1024-byte aligned: the 128-byte swizzle pattern repeats every 1024 bytes and
+  // the wgmma descriptor assumes the tile starts on that boundary.
+  static constexpr int kStageBytes = (kTxBytes + 1023) / 1024 * 1024;
+  // The output tile in shared memory: 4-byte values (f32 or s32), rows of BN + 4.
+  static constexpr int kOutPitch = BN + 4;
+  static constexpr int kOutBytes = BM * kOutPitch * 4;
+  static constexpr int kRingBytes = STAGES * kStageBytes;
+  static constexpr int kBarrierOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
+  static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
+  static_assert(!kGroupScales || BM <= 128, "f32 group partials need BM/2 more registers");
+};
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_w4a8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                          const __grid_constant__ CUtensorMap tmap_w,
+                          const __grid_constant__ CUtensorMap tmap_g,
+                          const __grid_constant__ W4A8WgmmaParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, STAGES = Cfg::STAGES, kAcc = Cfg::kAcc;
+  constexpr W4A8Epilogue EPI = Cfg::EPI;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  uint64_t* empty = full + STAGES;
+
+  // Bands of 8 token tiles walk down one channel column (see the header).
+  const int tiles_m = gridDim.x, tiles_n = gridDim.y;
+  const int linear = blockIdx.y * tiles_m + blockIdx.x;
+  constexpr int kBand = 8;
+  const int band = linear / (kBand * tiles_n), band_m0 = band * kBand;
+  const int band_rows = min(kBand, tiles_m - band_m0);
+  const int in_band = linear - band * kBand * tiles_n;
+  const int tile_m = band_m0 + in_band % band_rows, tile_n = in_band / band_rows;
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+    ptx::prefetch_tensor_map(&tmap_a);
+    ptx::prefetch_tensor_map(&tmap_w);
+    if constexpr (Cfg::kGBytes > 0) ptx::prefetch_tensor_map(&tmap_g);
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer ------------------------------------------------------------------------------
+    ptx::setmaxnreg_dec<40>();
+    if (tid == 0) {
+      for (int kb = 0; kb < p.kblocks; ++kb) {
+        const int s = kb % STAGES;
+        if (kb >= STAGES) ptx::mbarrier_wait(&empty[s], ((kb / STAGES) + 1) & 1);
+        uint8_t* stage = smem + s * Cfg::kStageBytes;
+        ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+        ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
+        ptx::tma_load_3d(stage + Cfg::kABytes, &tmap_w, &full[s], 0, kb, n0 / 8);
+        if constexpr (Cfg::kGBytes > 0)
+          ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers -------------------------------------------------------------------------------
+  ptx::setmaxnreg_inc<232>();
+  const int cw = wg - 1;                      // consumer warpgroup: channels 64·cw ..
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
+  const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
+
+  int32_t acc[kAcc];
+  float facc[Cfg::kGroupScales ? kAcc : 1];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0;
+  if constexpr (Cfg::kGroupScales) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
+  }
+
+  for (int kb = 0; kb < p.kblocks; ++kb) {
+    const int s = kb % STAGES;
+    ptx::mbarrier_wait(&full[s], (kb / STAGES) & 1);
+    const uint8_t* stage = smem + s * Cfg::kStageBytes;
+    const uint8_t* w_sh = stage + Cfg::kABytes;
+    const uint8_t* g_sh = w_sh + Cfg::kWBytes;
+
+    const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
+    const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
+    uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
+    if constexpr (Cfg::kGroupParams) {
+      const uint16_t* prm = reinterpret_cast<const uint16_t*>(g_sh);
+      two_level_operands(prm[ch_local], gs0, off0);
+      two_level_operands(prm[ch_local + 8], gs1, off1);
+    }
+    const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
+    uint32_t frag[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
+      frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
+      frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
+      frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+    }
+
+    const uint64_t desc = ptx::smem_desc_k128_sw128(stage);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // The group format restarts its exact int32 sums every K block (scale-d false).
+      const int accumulate = Cfg::kGroupScales && j == 0 ? 0 : 1;
+      ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);  // +32 bytes per k32
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
+
+    if constexpr (Cfg::kGroupScales) {
+      const float* sc = reinterpret_cast<const float*>(g_sh);
+      const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i)
+        facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
+    }
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+  }
+
+  // ---- epilogue ----------------------------------------------------------------------------------
+  // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
+  // can be reused for the output tile once both consumer warpgroups are done reading it.
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  float* out_sh = reinterpret_cast<float*>(smem);
+  {
+    float sw0 = 1.0f, sw1 = 1.0f;
+    if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level) {
+      sw0 = p.w_scales[n0 + ch_local];  // N_pad entries: in bounds for every tile channel
+      sw1 = p.w_scales[n0 + ch_local + 8];
+    }
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      // acc[i]: channel ch_local (+8 when i & 2), token 8·(i/4) + 2c + (i & 1).
+      const int tok = 8 * (i / 4) + 2 * c + (i & 1);
+      const int ch = ch_local + ((i & 2) ? 8 : 0);
+      float v;
+      if constexpr (EPI == W4A8Epilogue::s32) v = __int_as_float(acc[i]);
+      else if constexpr (EPI == W4A8Epilogue::group) v = facc[i];
+      else v = ((i & 2) ? sw1 : sw0) * float(acc[i]);
+      out_sh[tok * Cfg::kOutPitch + ch] = v;
+    }
+  }
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+
+  // Each consumer warp stores whole token rows: lane l takes channels 4l..4l+3.
+  const int cwarp = (tid - 128) / 32;  // 0..7
+  const int col = n0 + 4 * lane;
+  float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (EPI != W4A8Epilogue::s32) {
+    if (p.bias != nullptr)
+#pragma unroll
+      for (int v = 0; v < 4; ++v)
+        if (col + v < p.n) bias4[v] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + v, 0);
+  }
+  const int esize = p.d_dtype == DType::f32 || p.d_dtype == DType::s32 ? 4 : 2;
+  const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
+                      (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
+  for (int r = cwarp; r < BM; r += 8) {
+    const int row = m0 + r;
+    if (row >= p.m) break;
+    if (col >= p.n) continue;
+    const float4 t = *reinterpret_cast<const float4*>(out_sh + r * Cfg::kOutPitch + 4 * lane);
+    float v[4] = {t.x, t.y, t.z, t.w};
+    const int64_t i0 = int64_t(row) * p.ldd + col;
+    if constexpr (EPI == W4A8Epilogue::s32) {
+      int32_t* d = static_cast<int32_t*>(p.d) + i0;
+      if (vec_ok) {
+        *reinterpret_cast<int4*>(d) = make_int4(__float_as_int(v[0]), __float_as_int(v[1]),
+                                                __float_as_int(v[2]), __float_as_int(v[3]));
+      } else {
+        for (int e = 0; e < 4 && col + e < p.n; ++e) d[e] = __float_as_int(v[e]);
+      }
+    } else {
+      const float s_a = p.a_scales[row * p.a_scale_step];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = s_a * v[e] + bias4[e];
+      if (vec_ok && p.d_dtype == DType::bf16) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.d) + i0) = packed;
+      } else if (vec_ok && p.d_dtype == DType::f16) {
+        const __half2 lo = __floats2half2_rn(v[0], v[1]);
+        const __half2 hi = __floats2half2_rn(v[2], v[3]);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(static_cast<__half*>(p.d) + i0) = packed;
+      } else if (vec_ok) {
+        *reinterpret_cast<float4*>(static_cast<float*>(p.d) + i0) =
+            make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+        for (int e = 0; e < 4 && col + e < p.n; ++e) store_float(p.d, p.d_dtype, i0 + e, v[e]);
+      }
+    }
+  }
+#else
+  // Compiled for a target without wgmma: the launcher never selects this kernel there.
+  __trap();
+#endif
+}
+
+}  // namespace nibble::cuda::sm90
