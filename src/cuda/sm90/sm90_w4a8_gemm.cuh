@@ -68,6 +68,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
@@ -191,13 +192,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
   }
 
-  for (int kb = 0; kb < p.kblocks; ++kb) {
+  // One K block: wait for its stage, convert this lane's weight words into frag (the A
+  // fragments of the block's four k32 steps) and issue the four wgmma. Returns the stage.
+  auto issue_block = [&](int kb, uint32_t (&frag)[4][4]) {
     const int s = kb % STAGES;
     ptx::mbarrier_wait(&full[s], (kb / STAGES) & 1);
     const uint8_t* stage = smem + s * Cfg::kStageBytes;
     const uint8_t* w_sh = stage + Cfg::kABytes;
     const uint8_t* g_sh = w_sh + Cfg::kWBytes;
-
     const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
     const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
     uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
@@ -207,7 +209,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       two_level_operands(prm[ch_local + 8], gs1, off1);
     }
     const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
-    uint32_t frag[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
@@ -215,7 +216,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
       frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
     }
-
     const uint64_t desc = ptx::smem_desc_k128_sw128(stage);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
@@ -227,24 +227,64 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);  // +32 bytes per k32
     }
     ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+    return s;
+  };
+  // wgmma reads its register operands asynchronously: a block's fragments must stay untouched
+  // until its group has completed, which is what this fence after the wait records.
+  auto keep_until_here = [](uint32_t (&frag)[4][4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
-
-    if constexpr (Cfg::kGroupScales) {
-      const float* sc = reinterpret_cast<const float*>(g_sh);
-      const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i)
-        facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
-    }
+  };
+  auto release = [&](int s) {
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+  };
+
+  uint32_t frag[2][4][4];
+  if constexpr (Cfg::kGroupScales) {
+    // The f32 group format needs each block's int32 sums before the next block adds to them:
+    // wait for every block (the other consumer warpgroup keeps the tensor cores busy meanwhile).
+    for (int kb = 0; kb < p.kblocks; ++kb) {
+      const int s = issue_block(kb, frag[0]);
+      ptx::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+      keep_until_here(frag[0]);
+      const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
+                                                       Cfg::kABytes + Cfg::kWBytes);
+      const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
+      release(s);
+    }
+  } else {
+    // Integer formats keep one block's wgmma in flight while the next block is converted and
+    // issued: fragments alternate between two register sets (compile-time indices, so the
+    // loop is unrolled by two), and a stage is released once the block after it is issued.
+    int kb = 0, prev_s = -1;
+    auto step = [&](auto buf) {
+      constexpr int b = decltype(buf)::value;
+      const int s = issue_block(kb, frag[b]);
+      ptx::wgmma_wait<1>();  // the previous block's group is done
+      keep_until_here(frag[b ^ 1]);
+      if (prev_s >= 0) release(prev_s);
+      prev_s = s;
+      ++kb;
+    };
+    while (kb + 1 < p.kblocks) {
+      step(std::integral_constant<int, 0>{});
+      step(std::integral_constant<int, 1>{});
+    }
+    if (kb < p.kblocks) step(std::integral_constant<int, 0>{});
+    ptx::wgmma_wait<0>();
+    keep_until_here(frag[0]);
+    keep_until_here(frag[1]);
+    release(prev_s);
   }
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 
   // ---- epilogue ----------------------------------------------------------------------------------
   // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
