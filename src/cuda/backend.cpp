@@ -125,11 +125,12 @@ void require_sm80(int device) {
 }
 
 // Which W4A8 kernel runs a packed-weight call. On Hopper the wgmma kernel takes every M from
-// kSm90MinTokens up, for the formats it implements; below that (a weight stream, where
-// sm80_w4a8_gemm's split-K thin tiles fill the GPU) and on other GPUs, sm80_w4a8_gemm runs.
+// kSm90MinTokens up (M > 32: it measured faster on every bench shape at M = 64), for the
+// formats it implements. Below that (a weight stream, where sm80_w4a8_gemm's thin split-K
+// tiles stream faster) and on other GPUs, sm80_w4a8_gemm runs.
 // NIBBLE_W4A8_KERNEL=sm80_w4a8_gemm or sm90_w4a8_gemm forces one where it can run (for
 // benchmarks comparing the two; both compute the same results).
-constexpr int64_t kSm90MinTokens = 64;
+constexpr int64_t kSm90MinTokens = 33;
 
 bool use_sm90_w4a8(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group) {
   if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
@@ -195,7 +196,8 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   const int64_t n_pad = (n + 7) / 8 * 8;
   if (use_sm90_w4a8(device, m, epilogue, format.weight.group_size))
     return s + "; packed weights (pack_weight): runs " +
-           describe(plan_sm90_w4a8(m, n_pad, epilogue, info.sm_count)) + " on " +
+           describe(plan_sm90_w4a8(m, n_pad, (k + 127) / 128 * 128, epilogue, info.sm_count)) +
+           " on " +
            std::to_string(info.sm_count) + " SMs (Hopper, M >= " +
            std::to_string(kSm90MinTokens) + ")";
   const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, k, (k + 127) / 128 * 128, epilogue,

@@ -92,21 +92,27 @@ TEST(CudaW4A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
 TEST(CudaW4A8, SplitKIsDeterministic) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;  // fresh seed, printed on failure
-  const int64_t m = 5, n = 512, k = 8192;  // few tiles, long K: split-K is chosen
+  const int64_t n = 512, k = 8192;  // few tiles, long K: split-K is chosen
   const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
   QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
   quantize_weight(w.view(), qw.view());
   const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
-  QuantizedActivation qa(ActScheme::s8_per_token, m, k);
-  quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
-  const QuantizedActivation qad = qa.to(Device::cuda());
-  Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
-  linear(qad.view(), wd.view(), nullptr, d1.view());
-  for (int i = 0; i < 5; ++i) linear(qad.view(), wd.view(), nullptr, d2.view());
-  synchronize(Device::cuda());
-  EXPECT_TRUE(same_bytes(d1, d2));
-  EXPECT_NE(explain(parse_linear_format("w4a8_g128"), m, n, k, Device::cuda()).find("split-K"),
-            std::string::npos);
+  for (int64_t m : {5, 100}) {  // the thin sm80 tiles; sm90 (or sm80's large tiles) at M = 100
+    QuantizedActivation qa(ActScheme::s8_per_token, m, k);
+    quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+    const QuantizedActivation qad = qa.to(Device::cuda());
+    for (const std::string& kernel : w4a8_kernels()) {
+      SCOPED_TRACE(kernel + " M=" + std::to_string(m));
+      const ForceKernel force(kernel);
+      Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
+      linear(qad.view(), wd.view(), nullptr, d1.view());
+      for (int i = 0; i < 5; ++i) linear(qad.view(), wd.view(), nullptr, d2.view());
+      synchronize(Device::cuda());
+      EXPECT_TRUE(same_bytes(d1, d2));
+      EXPECT_NE(explain(parse_linear_format("w4a8_g128"), m, n, k, Device::cuda()).find("split-K"),
+                std::string::npos);
+    }
+  }
 }
 
 struct LinearCase {

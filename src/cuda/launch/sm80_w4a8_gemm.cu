@@ -3,8 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -12,6 +10,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/launch/split_k_workspace.h"
 #include "cuda/sm80/sm80_w4a8_gemm.cuh"
 #include "nibble/device.h"
 #include "nibble/formats.h"
@@ -158,37 +157,6 @@ void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int g
   }
 }
 
-// A grow-only workspace per (device, stream): split-K partials and per-tile counters. Counters
-// are zeroed once when allocated; the kernel leaves them at zero after every launch. Allocation
-// happens on the first call with a given size, so capture CUDA graphs after a warm-up call.
-struct Workspace {
-  void* partials = nullptr;
-  size_t partial_bytes = 0;
-  int* counters = nullptr;
-  size_t counter_count = 0;
-};
-
-Workspace& workspace_for(int device, Stream stream, size_t partial_bytes, size_t counters) {
-  static std::mutex mu;
-  static std::map<std::pair<int, Stream>, Workspace> all;
-  std::lock_guard<std::mutex> lock(mu);
-  Workspace& ws = all[{device, stream}];
-  if (ws.partial_bytes < partial_bytes) {
-    if (ws.partials != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ws.partials));
-    ws.partials = nullptr;
-    NIBBLE_CUDA_CHECK(cudaMalloc(&ws.partials, partial_bytes));
-    ws.partial_bytes = partial_bytes;
-  }
-  if (ws.counter_count < counters) {
-    if (ws.counters != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ws.counters));
-    ws.counters = nullptr;
-    NIBBLE_CUDA_CHECK(cudaMalloc(&ws.counters, counters * sizeof(int)));
-    NIBBLE_CUDA_CHECK(cudaMemset(ws.counters, 0, counters * sizeof(int)));
-    ws.counter_count = counters;
-  }
-  return ws;
-}
-
 }  // namespace
 
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
@@ -259,7 +227,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
   if (plan.splits > 1) {
-    Workspace& ws = workspace_for(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
+    SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                   size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;
     p.counters = ws.counters;

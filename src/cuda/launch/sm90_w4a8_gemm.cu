@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
+#include "cuda/launch/split_k_workspace.h"
 #include "cuda/sm90/sm90_w4a8_gemm.cuh"
 #include "nibble/device.h"
 
@@ -131,7 +132,8 @@ bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group) {
   return false;
 }
 
-W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, W4A8Epilogue epilogue, int sm_count) {
+W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
+                             int sm_count) {
   // Pick the token tile with the least estimated time: waves of CTAs × the time of one tile,
   // which grows with its tokens plus a fixed part (the weight tile's stream and decode, the
   // pipeline fill and the epilogue, about 48 tokens' worth of MMA).
@@ -150,6 +152,14 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, W4A8Epilogue epilogue, in
       best.tiles_n = static_cast<int>(tiles_n);
     }
   }
+  // Split K when the tiles alone leave SMs idle: as many splits as fit in one wave (one CTA
+  // per SM), at least 4 K blocks (512 of K) each, at most 16.
+  const int kblocks = static_cast<int>(k_pad / 128);
+  const int tiles = best.tiles_m * best.tiles_n;
+  int splits = 1;
+  if (2 * tiles <= sm_count) splits = std::clamp(std::min(sm_count / tiles, kblocks / 4), 1, 16);
+  best.kblocks_per_split = (kblocks + splits - 1) / splits;
+  best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
   best.stages = best.bm == 256   ? stages_of<256>(epilogue)
                 : best.bm == 128 ? stages_of<128>(epilogue)
                                  : stages_of<64>(epilogue);
@@ -159,14 +169,17 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, W4A8Epilogue epilogue, in
 std::string describe(const W4A8WgmmaPlan& plan) {
   return "sm90_w4a8_gemm (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
-         " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n);
+         " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
+         (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                " (tiles alone would leave SMs idle)"
+                          : "");
 }
 
 void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   if (!sm90_w4a8_handles(l.epilogue, l.group))
     nibble::detail::fail(ErrorCode::internal, "sm90_w4a8_gemm: format not implemented here");
   const DeviceInfo dev = cuda_device_info(l.device);
-  const W4A8WgmmaPlan plan = plan_sm90_w4a8(l.m, l.n_pad, l.epilogue, dev.sm_count);
+  const W4A8WgmmaPlan plan = plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, dev.sm_count);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
 
   // Activations: (M, K) bytes, boxes of 128 bytes × BM rows with the 128-byte swizzle that the
@@ -205,7 +218,14 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.m = static_cast<int>(l.m);
   p.n = static_cast<int>(l.n);
   p.kblocks = static_cast<int>(kblocks);
-  const dim3 grid(plan.tiles_m, plan.tiles_n);
+  p.kblocks_per_split = plan.kblocks_per_split;
+  if (plan.splits > 1) {
+    const SplitKWorkspace ws = split_k_workspace(
+        l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
+    p.workspace = ws.partials;
+    p.counters = ws.counters;
+  }
+  const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
   switch (l.epilogue) {
     case W4A8Epilogue::s32:
       return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream);

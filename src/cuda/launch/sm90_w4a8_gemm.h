@@ -10,9 +10,10 @@
 
 namespace nibble::cuda {
 
-/// The tile choice for a problem: BM tokens × 128 channels per CTA, one tile per CTA.
+/// The tile choice for a problem: BM tokens × 128 channels per CTA, one tile (or one K range of
+/// it, with split-K) per CTA.
 struct W4A8WgmmaPlan {
-  int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0;
+  int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
 };
 
 /// True when `device` is a Hopper GPU (sm_90) and this build carries sm_90a code.
@@ -20,8 +21,8 @@ bool sm90_w4a8_available(int device);
 /// True for the weight formats the kernel implements: per channel, s32, and G = 128 groups
 /// (f32 group scales or two-level).
 bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group);
-W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, sm80::W4A8Epilogue epilogue,
-                             int sm_count);
+W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
+                             sm80::W4A8Epilogue epilogue, int sm_count);
 std::string describe(const W4A8WgmmaPlan& plan);
 
 void launch_sm90_w4a8(const W4A8Launch& launch, Stream stream);

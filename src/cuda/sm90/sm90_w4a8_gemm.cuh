@@ -46,18 +46,18 @@
 //   │ consumer WG 2: channels 64..127  → wgmma m64 × nBM, B = shared A8   │
 //   └──────────────────────────────────────────────────────────────────────┘
 //
-// Epilogue: the consumers scale by s_w (per channel; the group format folds its scales into
-// f32 partial sums per K block), write the tile transposed into shared memory (token rows,
-// padded by 16 bytes so the fragment writes hit 32 distinct banks), then each warp stores whole
-// token rows with 16-byte loads: s_a and the bias are applied there, so the result is exactly
-// sm80_w4a8_gemm's s_a · (s_w · acc) + bias.
+// Epilogue: the consumers write the raw tile (int32, or the group format's f32 sums, which fold
+// their scales in per K block) transposed into shared memory (token rows, padded by 16 bytes so
+// the fragment writes hit 32 distinct banks); each warp then takes whole token rows with 16-byte
+// loads, reduces split-K partials if any, and applies s_a, s_w and the bias on the way out:
+// s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
 //
 // Limitations
 //   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_w4a8_gemm.
 //   2. Grouped formats only with G = 128 (one group per K block); other group sizes run
 //      sm80_w4a8_gemm.
-//   3. No split-K: the tile count must fill the GPU by itself, so the launcher uses this kernel
-//      only where it does (large M); small M runs sm80_w4a8_gemm's split-K tiles.
+//   3. Split-K (gridDim.z > 1) goes through a workspace of splits·M·N 4-byte partials and a
+//      per-tile counter; the last CTA of a tile reduces in split order (deterministic).
 //   4. One output tile per CTA (no persistent scheduler): the epilogue of one tile does not
 //      overlap the main loop of the next.
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
@@ -90,6 +90,9 @@ struct W4A8WgmmaParams {
   int64_t ldd = 0;  // elements
   DType d_dtype = DType::bf16;
   int m = 0, n = 0, kblocks = 0;
+  int kblocks_per_split = 0;      // K blocks per CTA along gridDim.z (split-K)
+  void* workspace = nullptr;      // splits·M·N 4-byte partials (split-K only)
+  int* counters = nullptr;        // one per output tile, zero between calls
 };
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_>
@@ -144,6 +147,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int in_band = linear - band * kBand * tiles_n;
   const int tile_m = band_m0 + in_band % band_rows, tile_n = in_band / band_rows;
   const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int kb_begin = blockIdx.z * p.kblocks_per_split;
+  const int num_kb = min(p.kblocks - kb_begin, p.kblocks_per_split);
 
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
@@ -162,9 +167,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ------------------------------------------------------------------------------
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
-      for (int kb = 0; kb < p.kblocks; ++kb) {
-        const int s = kb % STAGES;
-        if (kb >= STAGES) ptx::mbarrier_wait(&empty[s], ((kb / STAGES) + 1) & 1);
+      for (int it = 0; it < num_kb; ++it) {
+        const int s = it % STAGES, kb = kb_begin + it;
+        if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
         uint8_t* stage = smem + s * Cfg::kStageBytes;
         ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
         ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
@@ -194,9 +199,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // One K block: wait for its stage, convert this lane's weight words into frag (the A
   // fragments of the block's four k32 steps) and issue the four wgmma. Returns the stage.
-  auto issue_block = [&](int kb, uint32_t (&frag)[4][4]) {
-    const int s = kb % STAGES;
-    ptx::mbarrier_wait(&full[s], (kb / STAGES) & 1);
+  auto issue_block = [&](int it, uint32_t (&frag)[4][4]) {
+    const int s = it % STAGES;
+    ptx::mbarrier_wait(&full[s], (it / STAGES) & 1);
     const uint8_t* stage = smem + s * Cfg::kStageBytes;
     const uint8_t* w_sh = stage + Cfg::kABytes;
     const uint8_t* g_sh = w_sh + Cfg::kWBytes;
@@ -246,8 +251,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if constexpr (Cfg::kGroupScales) {
     // The f32 group format needs each block's int32 sums before the next block adds to them:
     // wait for every block (the other consumer warpgroup keeps the tensor cores busy meanwhile).
-    for (int kb = 0; kb < p.kblocks; ++kb) {
-      const int s = issue_block(kb, frag[0]);
+    for (int it = 0; it < num_kb; ++it) {
+      const int s = issue_block(it, frag[0]);
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
@@ -263,21 +268,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Integer formats keep one block's wgmma in flight while the next block is converted and
     // issued: fragments alternate between two register sets (compile-time indices, so the
     // loop is unrolled by two), and a stage is released once the block after it is issued.
-    int kb = 0, prev_s = -1;
+    int it = 0, prev_s = -1;
     auto step = [&](auto buf) {
       constexpr int b = decltype(buf)::value;
-      const int s = issue_block(kb, frag[b]);
+      const int s = issue_block(it, frag[b]);
       ptx::wgmma_wait<1>();  // the previous block's group is done
       keep_until_here(frag[b ^ 1]);
       if (prev_s >= 0) release(prev_s);
       prev_s = s;
-      ++kb;
+      ++it;
     };
-    while (kb + 1 < p.kblocks) {
+    while (it + 1 < num_kb) {
       step(std::integral_constant<int, 0>{});
       step(std::integral_constant<int, 1>{});
     }
-    if (kb < p.kblocks) step(std::integral_constant<int, 0>{});
+    if (it < num_kb) step(std::integral_constant<int, 0>{});
     ptx::wgmma_wait<0>();
     keep_until_here(frag[0]);
     keep_until_here(frag[1]);
@@ -288,83 +293,124 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // ---- epilogue ----------------------------------------------------------------------------------
   // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
-  // can be reused for the output tile once both consumer warpgroups are done reading it.
+  // can be reused for the output tile once both consumer warpgroups are done reading it. The
+  // tile goes to shared memory raw (int32 bits, or the group format's f32 sums), transposed to
+  // token rows; the scales are applied on the way out, after any split-K reduction, so a split
+  // result equals the unsplit one exactly.
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  float* out_sh = reinterpret_cast<float*>(smem);
-  {
-    float sw0 = 1.0f, sw1 = 1.0f;
-    if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level) {
-      sw0 = p.w_scales[n0 + ch_local];  // N_pad entries: in bounds for every tile channel
-      sw1 = p.w_scales[n0 + ch_local + 8];
-    }
+  uint32_t* out_sh = reinterpret_cast<uint32_t*>(smem);
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      // acc[i]: channel ch_local (+8 when i & 2), token 8·(i/4) + 2c + (i & 1).
-      const int tok = 8 * (i / 4) + 2 * c + (i & 1);
-      const int ch = ch_local + ((i & 2) ? 8 : 0);
-      float v;
-      if constexpr (EPI == W4A8Epilogue::s32) v = __int_as_float(acc[i]);
-      else if constexpr (EPI == W4A8Epilogue::group) v = facc[i];
-      else v = ((i & 2) ? sw1 : sw0) * float(acc[i]);
-      out_sh[tok * Cfg::kOutPitch + ch] = v;
-    }
+  for (int i = 0; i < kAcc; ++i) {
+    // acc[i]: channel ch_local (+8 when i & 2), token 8·(i/4) + 2c + (i & 1).
+    const int tok = 8 * (i / 4) + 2 * c + (i & 1);
+    const int ch = ch_local + ((i & 2) ? 8 : 0);
+    uint32_t raw;
+    if constexpr (Cfg::kGroupScales) raw = __float_as_uint(facc[i]);
+    else raw = uint32_t(acc[i]);
+    out_sh[tok * Cfg::kOutPitch + ch] = raw;
   }
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
-  // Each consumer warp stores whole token rows: lane l takes channels 4l..4l+3.
+  // Each consumer warp takes whole token rows: lane l owns channels 4l..4l+3 of the tile.
   const int cwarp = (tid - 128) / 32;  // 0..7
   const int col = n0 + 4 * lane;
-  float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if constexpr (EPI != W4A8Epilogue::s32) {
-    if (p.bias != nullptr)
-#pragma unroll
-      for (int v = 0; v < 4; ++v)
-        if (col + v < p.n) bias4[v] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + v, 0);
-  }
+  const bool col_ok = col < p.n;
   const int esize = p.d_dtype == DType::f32 || p.d_dtype == DType::s32 ? 4 : 2;
   const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
                       (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
-  for (int r = cwarp; r < BM; r += 8) {
-    const int row = m0 + r;
-    if (row >= p.m) break;
-    if (col >= p.n) continue;
-    const float4 t = *reinterpret_cast<const float4*>(out_sh + r * Cfg::kOutPitch + 4 * lane);
-    float v[4] = {t.x, t.y, t.z, t.w};
+  float sw4[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (col + e >= p.n) break;
+    if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
+      sw4[e] = p.w_scales[col + e];
+    if constexpr (EPI != W4A8Epilogue::s32)
+      if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
+  }
+
+  // Rescale, add the bias, convert and store one token row's four channels.
+  auto store_row = [&](int row, const uint32_t (&raw)[4]) {
     const int64_t i0 = int64_t(row) * p.ldd + col;
     if constexpr (EPI == W4A8Epilogue::s32) {
       int32_t* d = static_cast<int32_t*>(p.d) + i0;
       if (vec_ok) {
-        *reinterpret_cast<int4*>(d) = make_int4(__float_as_int(v[0]), __float_as_int(v[1]),
-                                                __float_as_int(v[2]), __float_as_int(v[3]));
+        *reinterpret_cast<int4*>(d) =
+            make_int4(int32_t(raw[0]), int32_t(raw[1]), int32_t(raw[2]), int32_t(raw[3]));
       } else {
-        for (int e = 0; e < 4 && col + e < p.n; ++e) d[e] = __float_as_int(v[e]);
+        for (int e = 0; e < 4 && col + e < p.n; ++e) d[e] = int32_t(raw[e]);
       }
+      return;
     } else {
       const float s_a = p.a_scales[row * p.a_scale_step];
+      float v[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = s_a * v[e] + bias4[e];
+      for (int e = 0; e < 4; ++e) {
+        // s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
+        const float t = Cfg::kGroupScales ? __uint_as_float(raw[e]) : sw4[e] * float(int32_t(raw[e]));
+        v[e] = s_a * t + bias4[e];
+      }
       if (vec_ok && p.d_dtype == DType::bf16) {
         const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
         const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.d) + i0) = packed;
+        *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.d) + i0) =
+            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
       } else if (vec_ok && p.d_dtype == DType::f16) {
         const __half2 lo = __floats2half2_rn(v[0], v[1]);
         const __half2 hi = __floats2half2_rn(v[2], v[3]);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(static_cast<__half*>(p.d) + i0) = packed;
+        *reinterpret_cast<uint2*>(static_cast<__half*>(p.d) + i0) =
+            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
       } else if (vec_ok) {
-        *reinterpret_cast<float4*>(static_cast<float*>(p.d) + i0) =
-            make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(static_cast<float*>(p.d) + i0) = make_float4(v[0], v[1], v[2], v[3]);
       } else {
         for (int e = 0; e < 4 && col + e < p.n; ++e) store_float(p.d, p.d_dtype, i0 + e, v[e]);
       }
     }
+  };
+
+  if (gridDim.z == 1) {
+    for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
+      if (!col_ok) continue;
+      const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * Cfg::kOutPitch + 4 * lane);
+      store_row(m0 + r, {t.x, t.y, t.z, t.w});
+    }
+    return;
   }
+
+  // ---- split-K: park the raw partial tile; the last CTA of the tile sums the slots in split
+  // order (deterministic run to run) and finishes the tile, then resets the tile's counter.
+  __shared__ int is_last;
+  const int splits = gridDim.z;
+  uint32_t* slots = static_cast<uint32_t*>(p.workspace);
+  uint32_t* slot = slots + int64_t(blockIdx.z) * p.m * p.n;
+  for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
+    const int64_t base = int64_t(m0 + r) * p.n + col;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (col + e < p.n) slot[base + e] = out_sh[r * Cfg::kOutPitch + 4 * lane + e];
+  }
+  __threadfence();  // partials visible device-wide before the counter says so
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  const int tile = tile_n * tiles_m + tile_m;
+  if (tid == 128) is_last = atomicAdd(&p.counters[tile], 1) == splits - 1;
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  if (!is_last) return;
+  __threadfence();
+  for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
+    if (!col_ok) continue;
+    const int64_t base = int64_t(m0 + r) * p.n + col;
+    uint32_t sum[4] = {0u, 0u, 0u, 0u};
+    for (int sp = 0; sp < splits; ++sp) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (col + e >= p.n) break;
+        const uint32_t part = __ldcg(slots + int64_t(sp) * p.m * p.n + base + e);
+        if constexpr (Cfg::kGroupScales) sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(part));
+        else sum[e] += part;  // int32 sums wrap like the accumulators: exact
+      }
+    }
+    store_row(m0 + r, sum);
+  }
+  if (tid == 128) p.counters[tile] = 0;  // ready for the next launch
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
