@@ -382,11 +382,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int splits = gridDim.z;
   uint32_t* slots = static_cast<uint32_t*>(p.workspace);
   uint32_t* slot = slots + int64_t(blockIdx.z) * p.m * p.n;
+  // 16-byte partial accesses when every row of the workspace starts 16-byte aligned.
+  const bool part_vec = p.n % 4 == 0 && col_ok;
   for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
     const int64_t base = int64_t(m0 + r) * p.n + col;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (col + e < p.n) slot[base + e] = out_sh[r * Cfg::kOutPitch + 4 * lane + e];
+    const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * Cfg::kOutPitch + 4 * lane);
+    if (part_vec) {
+      *reinterpret_cast<uint4*>(slot + base) = t;
+    } else {
+      const uint32_t v[4] = {t.x, t.y, t.z, t.w};
+      for (int e = 0; e < 4 && col + e < p.n; ++e) slot[base + e] = v[e];
+    }
   }
   __threadfence();  // partials visible device-wide before the counter says so
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -395,17 +401,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
   if (!is_last) return;
   __threadfence();
+  // Every split's loads are issued before any is summed, so a row costs one round trip to L2
+  // rather than one per split.
+  constexpr int kMaxSplits = 16;  // plan_sm90_w4a8 never makes more
   for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
     if (!col_ok) continue;
     const int64_t base = int64_t(m0 + r) * p.n + col;
+    uint4 part[kMaxSplits];
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) {
+      if (sp >= splits) break;
+      const uint32_t* src = slots + int64_t(sp) * p.m * p.n + base;
+      if (part_vec) {
+        part[sp] = __ldcg(reinterpret_cast<const uint4*>(src));
+      } else {
+        part[sp].x = __ldcg(src);
+        part[sp].y = col + 1 < p.n ? __ldcg(src + 1) : 0u;
+        part[sp].z = col + 2 < p.n ? __ldcg(src + 2) : 0u;
+        part[sp].w = col + 3 < p.n ? __ldcg(src + 3) : 0u;
+      }
+    }
     uint32_t sum[4] = {0u, 0u, 0u, 0u};
-    for (int sp = 0; sp < splits; ++sp) {
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) {
+      if (sp >= splits) break;
+      const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if (col + e >= p.n) break;
-        const uint32_t part = __ldcg(slots + int64_t(sp) * p.m * p.n + base + e);
-        if constexpr (Cfg::kGroupScales) sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(part));
-        else sum[e] += part;  // int32 sums wrap like the accumulators: exact
+        if constexpr (Cfg::kGroupScales)
+          sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
+        else
+          sum[e] += v[e];  // int32 sums wrap like the accumulators: exact
       }
     }
     store_row(m0 + r, sum);
