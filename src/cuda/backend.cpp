@@ -125,12 +125,13 @@ void require_sm80(int device) {
 }
 
 // Which W4A8 kernel runs a packed-weight call. On Hopper the wgmma kernel takes every M from
-// kSm90MinTokens up (M > 32: it measured faster on every bench shape at M = 64), for the
-// formats it implements. Below that (a weight stream, where sm80_w4a8_gemm's thin split-K
-// tiles stream faster) and on other GPUs, sm80_w4a8_gemm runs.
+// kSm90MinTokens up, for the formats it implements: at M = 32 and 64 it measured faster than
+// sm80_w4a8_gemm on every bench shape (H100, 2026-11-23); at M = 16 the two split the shapes.
+// Below that (a weight stream, where sm80_w4a8_gemm's thin split-K tiles stream well) and on
+// other GPUs, sm80_w4a8_gemm runs.
 // NIBBLE_W4A8_KERNEL=sm80_w4a8_gemm or sm90_w4a8_gemm forces one where it can run (for
 // benchmarks comparing the two; both compute the same results).
-constexpr int64_t kSm90MinTokens = 33;
+constexpr int64_t kSm90MinTokens = 17;
 
 bool use_sm90_w4a8(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group) {
   if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
