@@ -125,8 +125,9 @@ void require_sm80(int device) {
 }
 
 // Which W4A8 kernel runs a packed-weight call. On Hopper the wgmma kernel takes every M from
-// kSm90MinTokens up, for the formats it implements: at M = 32 and 64 it measured faster than
-// sm80_w4a8_gemm on every bench shape (H100, 2026-11-23); at M = 16 the two split the shapes.
+// kSm90MinTokens up, for the formats it implements (H100, 2026-11-23: at M = 64 it was faster
+// than sm80_w4a8_gemm on every bench shape, by 1.5-3x; sm80 at M = 32 was slower than sm90 at
+// M = 64 on every shape; at M = 16 the two split the shapes).
 // Below that (a weight stream, where sm80_w4a8_gemm's thin split-K tiles stream well) and on
 // other GPUs, sm80_w4a8_gemm runs.
 // NIBBLE_W4A8_KERNEL=sm80_w4a8_gemm or sm90_w4a8_gemm forces one where it can run (for
