@@ -51,6 +51,7 @@
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
 
@@ -158,15 +159,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
-  // Grouped rasterization: consecutive CTAs walk 8 M-tiles down one N column before moving
-  // right, so the CTAs resident at one time share their A rows and W columns in L2.
   const int tiles_n = gridDim.x, tiles_m = gridDim.y;
-  const int linear = blockIdx.y * tiles_n + blockIdx.x;
-  constexpr int kGroupM = 8;
-  const int band = linear / (kGroupM * tiles_n), band_m0 = band * kGroupM;
-  const int band_rows = min(kGroupM, tiles_m - band_m0);
-  const int in_band = linear - band * kGroupM * tiles_n;
-  const int tile_m = band_m0 + in_band % band_rows, tile_n = in_band / band_rows;
+  const TileCoord tile = band_raster(blockIdx.y * tiles_n + blockIdx.x, tiles_m, tiles_n);
+  const int tile_m = tile.m, tile_n = tile.n;
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int kb_begin = blockIdx.z * p.kblocks_per_split;
   const int kb_end = min(p.kblocks, kb_begin + p.kblocks_per_split);
@@ -351,8 +346,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
     __threadfence();  // partials visible device-wide before the counter says so
     __syncthreads();
-    const int tile = tile_m * tiles_n + tile_n;
-    if (tid == 0) is_last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+    const int tile_id = tile_m * tiles_n + tile_n;
+    if (tid == 0) is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
@@ -392,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
       }
     }
-    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+    if (tid == 0) p.counters[tile_id] = 0;  // ready for the next launch
     return;
   }
 

@@ -73,6 +73,7 @@
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
 #include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
 
@@ -138,14 +139,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + STAGES;
 
-  // Bands of 8 token tiles walk down one channel column (see the header).
   const int tiles_m = gridDim.x, tiles_n = gridDim.y;
-  const int linear = blockIdx.y * tiles_m + blockIdx.x;
-  constexpr int kBand = 8;
-  const int band = linear / (kBand * tiles_n), band_m0 = band * kBand;
-  const int band_rows = min(kBand, tiles_m - band_m0);
-  const int in_band = linear - band * kBand * tiles_n;
-  const int tile_m = band_m0 + in_band % band_rows, tile_n = in_band / band_rows;
+  const TileCoord tile = band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
+  const int tile_m = tile.m, tile_n = tile.n;
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int kb_begin = blockIdx.z * p.kblocks_per_split;
   const int num_kb = min(p.kblocks - kb_begin, p.kblocks_per_split);
@@ -396,8 +392,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   __threadfence();  // partials visible device-wide before the counter says so
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  const int tile = tile_n * tiles_m + tile_m;
-  if (tid == 128) is_last = atomicAdd(&p.counters[tile], 1) == splits - 1;
+  const int tile_id = tile_n * tiles_m + tile_m;
+  if (tid == 128) is_last = atomicAdd(&p.counters[tile_id], 1) == splits - 1;
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
   if (!is_last) return;
   __threadfence();
@@ -436,7 +432,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     store_row(m0 + r, sum);
   }
-  if (tid == 128) p.counters[tile] = 0;  // ready for the next launch
+  if (tid == 128) p.counters[tile_id] = 0;  // ready for the next launch
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
