@@ -125,8 +125,11 @@ def parse_device(d: Any) -> Tuple[str, int]:
 
 def current_stream(x: Any) -> int:
     """The stream a CUDA array's library is working on (its current stream), as an int
-    handle; 0 for host arrays."""
-    kind, index = device(x)
+    handle; 0 for host arrays and arrays of other libraries."""
+    try:
+        kind, index = device(x)
+    except TypeError:
+        return 0
     if kind != "cuda":
         return 0
     if library(x) == "cupy":
