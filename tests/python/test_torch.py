@@ -217,6 +217,16 @@ def test_compile_fullgraph(gen, fmt):
         assert compiled(randn(gen, 7, 256)).shape == (7, 256)
 
 
+def test_compile_packed_layout_and_empty_batch(gen):
+    model = nt.quantize_(Mlp(), nt.W4A8Config(group_size=128, layout="packed"))
+    assert {m.layout for m in model.modules() if isinstance(m, nt.QuantizedLinear)} == {"packed"}
+    x = randn(gen, 2, 256)
+    with torch.no_grad():
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        assert torch.equal(compiled(x), model(x))
+        assert model(randn(gen, 0, 256)).shape == (0, 256)
+
+
 # ---- save / load ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["w4a8_g128", "w4a16_g128_fzp", "w4a8_g64_2level_static",
                                  "w8a8", "w4a4_pc"])

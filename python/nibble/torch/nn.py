@@ -111,6 +111,8 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
+        if x2.shape[0] == 0:  # the C++ API takes no empty tensors; nn.Linear does
+            return x.new_empty((*lead, self.out_features))
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
         scale = self.act_scale or 0.0
