@@ -28,6 +28,7 @@ def save_quantized(model: nn.Module, path: str, metadata: Optional[Dict[str, str
     shared between entries (tied weights) are stored once; the metadata names the aliases."""
     from safetensors.torch import save_file
 
+    model = getattr(model, "_orig_mod", model)  # a torch.compile'd model saves as its original
     layers = {}
     for name, mod in model.named_modules():
         if isinstance(mod, QuantizedLinear):
