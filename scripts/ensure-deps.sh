@@ -6,7 +6,7 @@
 # With --python it also prepares the Python package's build and test environment: Python's
 # headers and venv module (from the distribution, when missing) and a virtual environment at
 # ${NIBBLE_VENV:-build/venv} with nanobind (builds nibble._C), numpy, pytest and safetensors
-# from PyPI, plus torch unless NIBBLE_TORCH=0 (the PyPI wheel with its CUDA libraries, ~4 GB,
+# from PyPI where the system Python lacks them, plus torch unless NIBBLE_TORCH=0 (the PyPI wheel with its CUDA libraries, ~4 GB,
 # about 90 s here; when it cannot be installed the torch tests report themselves skipped).
 set -euo pipefail
 python=0
@@ -36,7 +36,9 @@ fi
 [ $python -eq 1 ] || exit 0
 
 venv="${NIBBLE_VENV:-$(cd "$(dirname "$0")/.." && pwd)/build/venv}"
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+# --system-site-packages: packages the machine already has (a GPU machine's torch) are used as
+# they are, and nothing is downloaded for them.
+[ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
 if ! "$venv/bin/python" -c 'import nanobind, numpy, pytest, safetensors' 2> /dev/null; then
   echo "nibble: installing nanobind numpy pytest safetensors into $venv" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind numpy pytest \

@@ -149,9 +149,6 @@ def test_llama_stack_every_format(float_model, fmt):
             assert rel_fro(y.float(), ref) < tol_vs_float(fmt), fmt
         x = xs[0]
         eager = model(x)
-        compiled = torch.compile(model, fullgraph=True)
-        yc = compiled(x)
-        assert rel_fro(yc.float(), eager.float()) < REL_TOL_COMPILED
         graph, out = capture(model, x)
         graph.replay()
         torch.cuda.synchronize()
@@ -160,6 +157,24 @@ def test_llama_stack_every_format(float_model, fmt):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, model(x))
+
+
+@pytest.mark.parametrize("fmt", ["w4a8_g128", "w8a8_static", "w4a16_g128_fzp", "w4a4_pc"])
+def test_llama_stack_compile(float_model, fmt):
+    """torch.compile(fullgraph=True) with inductor (one format per kernel path: packed W4A8,
+    static int8, weight-only, int4 activations; every format is traced on the CPU by
+    test_torch.py), then a CUDA graph of the compiled model."""
+    import copy
+    x = torch.randn(3, DIMS["d"], device=CUDA, dtype=torch.bfloat16)
+    model = nt.quantize_(copy.deepcopy(float_model), fmt, calibration_data=[x])
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model, fullgraph=True)
+        assert rel_fro(compiled(x).float(), eager.float()) < REL_TOL_COMPILED
+        graph, out = capture(compiled, x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_fro(out.float(), eager.float()) < REL_TOL_COMPILED
 
 
 def test_reduce_overhead_compile(float_model):
