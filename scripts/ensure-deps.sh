@@ -2,16 +2,50 @@
 # Installs what a fresh Debian/Ubuntu machine lacks to build nibble: CMake, Ninja, a C++20
 # compiler and GoogleTest (all from the distribution). The CUDA toolkit is optional: with nvcc
 # on PATH the CUDA backend is built too. Needs root (or sudo) only when something is missing.
+#
+# With --python it also prepares the Python package's build and test environment: Python's
+# headers and venv module (from the distribution, when missing) and a virtual environment at
+# ${NIBBLE_VENV:-build/venv} with nanobind (builds nibble._C), numpy, pytest and safetensors
+# from PyPI where the system Python lacks them, plus torch unless NIBBLE_TORCH=0 (the PyPI wheel with its CUDA libraries, ~4 GB,
+# about 90 s here; when it cannot be installed the torch tests report themselves skipped).
 set -euo pipefail
+python=0
+[ "${1:-}" = "--python" ] && python=1
 need=()
 command -v cmake > /dev/null || need+=(cmake)
 command -v ninja > /dev/null || need+=(ninja-build)
 command -v g++ > /dev/null || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
-[ ${#need[@]} -eq 0 ] && exit 0
-echo "nibble: installing ${need[*]}" >&2
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q "${need[@]}"
+if [ $python -eq 1 ]; then
+  command -v python3 > /dev/null || need+=(python3)
+  if command -v python3 > /dev/null; then
+    python3 -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
+      need+=(python3-dev)
+    python3 -c 'import ensurepip, venv' 2> /dev/null || need+=(python3-venv)
+  fi
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  echo "nibble: installing ${need[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q "${need[@]}"
+fi
+[ $python -eq 1 ] || exit 0
+
+venv="${NIBBLE_VENV:-$(cd "$(dirname "$0")/.." && pwd)/build/venv}"
+# --system-site-packages: packages the machine already has (a GPU machine's torch) are used as
+# they are, and nothing is downloaded for them.
+[ -x "$venv/bin/python" ] || python3 -m venv --system-site-packages "$venv"
+if ! "$venv/bin/python" -c 'import nanobind, numpy, pytest, safetensors' 2> /dev/null; then
+  echo "nibble: installing nanobind numpy pytest safetensors into $venv" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind numpy pytest \
+    safetensors
+fi
+if [ "${NIBBLE_TORCH:-1}" != 0 ] && ! "$venv/bin/python" -c 'import torch' 2> /dev/null; then
+  echo "nibble: installing torch into $venv (for the nibble.torch tests)" >&2
+  timeout 1800 "$venv/bin/python" -m pip install -q --disable-pip-version-check torch ||
+    echo "nibble: torch could not be installed; the nibble.torch tests will be skipped" >&2
+fi

@@ -2,10 +2,23 @@
 # Builds nibble and runs every test. CUDA kernels are compiled when nvcc is found; GPU tests
 # run when a GPU is present and are reported as skipped otherwise.
 #   usage: scripts/test.sh            (preset "ci": warnings are errors)
+# The Python stage builds nibble._C in the same build (python/CMakeLists.txt) with the virtual
+# environment that `scripts/ensure-deps.sh --python` prepares, then runs pytest on
+# tests/python against build/<preset>/python. NIBBLE_PYTHON=0 leaves Python out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-deps.sh
 preset="${NIBBLE_PRESET:-ci}"
-cmake --preset "$preset"
+python_flags=()
+if [ "${NIBBLE_PYTHON:-1}" != 0 ]; then
+  scripts/ensure-deps.sh --python
+  venv="${NIBBLE_VENV:-$PWD/build/venv}"
+  python_flags=(-DNIBBLE_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$venv/bin/python")
+else
+  scripts/ensure-deps.sh
+fi
+cmake --preset "$preset" "${python_flags[@]}"
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)"
+if [ "${NIBBLE_PYTHON:-1}" != 0 ]; then
+  PYTHONPATH="build/$preset/python" "$venv/bin/python" -m pytest tests/python -q -rs
+fi

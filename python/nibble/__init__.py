@@ -1,15 +1,52 @@
 """nibble: low-bit (int4/int8) GEMMs and quantized linear layers for LLM inference.
 
-This package currently installs the `nibble` command-line tool (`nibble info`, `nibble demo`,
-`nibble bench gemm`, ...) built from the C++/CUDA library. The Python bindings of the C++ API
-arrive with the nanobind module `nibble._C`.
+    D[M,N] = A[M,K] · W[N,K]ᵀ (+ bias[N])     A = activations, W like nn.Linear
+
+``nibble`` works on any DLPack array (numpy on the CPU backend, torch and cupy on CUDA):
+quantize and pack weights, quantize activations, raw integer GEMMs, the quantized linear layer
+of every format (``nibble.formats.LINEAR_FORMATS``) and ``explain``. ``nibble.torch`` adds
+torch.library custom ops, ``QuantizedLinear``, ``quantize_(model, config)`` and safetensors
+save/load. docs/python.md has the overview; every function's docstring gives its formula,
+shapes and dtypes. The ``nibble`` command-line tool is installed beside the package.
 """
 
 import os
 import shutil
 import sysconfig
 
-__version__ = "0.1.0"
+from . import _C
+from ._C import (CudaError, InternalError, InvalidArgumentError, NibbleError, NibbleIOError,
+                 OutOfRangeError, UnsupportedError)
+from .formats import (LINEAR_FORMATS, LinearFormat, WeightFormat, linear_format,
+                      weight_format)
+from .ops import (PackedWeight, QuantizedActivation, QuantizedWeight, dequantize_activation,
+                  dequantize_weight, empty_activation, empty_weight, explain, gemm_s32,
+                  gemm_s4s4, gemm_s8s4, gemm_s8s8, linear, pack_int4, pack_s4_matrix,
+                  pack_weight, quantize_activation, quantize_activation_static,
+                  quantize_weight, quantized_linear, unpack_int4)
+
+__version__ = _C.build_info()["version"]
+
+
+def build_info() -> dict:
+    """What this build contains: version, cuda (bool), cuda_archs, cuda_runtime, compiler,
+    build_type."""
+    return _C.build_info()
+
+
+def cuda_device_count() -> int:
+    """CUDA devices nibble can use: 0 in a CPU-only build or without a GPU/driver."""
+    return _C.cuda_device_count()
+
+
+def cuda_unavailable_reason() -> str:
+    """Why no GPU can be used ('' when cuda_device_count() > 0)."""
+    return _C.cuda_unavailable_reason()
+
+
+def cuda_device_info(ordinal: int = 0) -> dict:
+    """Properties read from a CUDA device: name, cc_major/minor, sm_count, l2_bytes, ..."""
+    return _C.cuda_device_info(ordinal)
 
 
 def cli_path() -> str:
@@ -21,3 +58,17 @@ def cli_path() -> str:
             "the `nibble` executable is not on PATH; reinstall with `pip install .` from the "
             "nibble source tree")
     return os.path.realpath(path)
+
+
+__all__ = [
+    "NibbleError", "InvalidArgumentError", "UnsupportedError", "OutOfRangeError", "CudaError",
+    "NibbleIOError", "InternalError",
+    "LINEAR_FORMATS", "LinearFormat", "WeightFormat", "linear_format", "weight_format",
+    "QuantizedWeight", "QuantizedActivation", "PackedWeight",
+    "empty_weight", "empty_activation", "quantize_weight", "dequantize_weight",
+    "quantize_activation", "quantize_activation_static", "dequantize_activation",
+    "pack_int4", "unpack_int4", "pack_weight", "pack_s4_matrix",
+    "gemm_s32", "gemm_s8s8", "gemm_s8s4", "gemm_s4s4", "linear", "quantized_linear",
+    "explain", "build_info", "cuda_device_count", "cuda_unavailable_reason",
+    "cuda_device_info", "cli_path", "__version__",
+]

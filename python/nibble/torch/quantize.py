@@ -1,0 +1,178 @@
+"""quantize_(model, config): replace nn.Linear layers by QuantizedLinear, torchao-style."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import warnings
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+
+from ..formats import linear_format
+from .nn import QuantizedLinear
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+    """What quantize_ does to each selected nn.Linear: the linear ``format`` (any canonical
+    string, e.g. "w4a8_g128") and the weight ``layout`` ("auto", "logical", "packed"; see
+    QuantizedLinear). The per-format constructors below build one."""
+
+    format: str
+    layout: str = "auto"
+
+    def __post_init__(self):
+        object.__setattr__(self, "format", linear_format(self.format).name)
+
+
+def _g(group_size: Optional[int]) -> str:
+    return "pc" if group_size is None else f"g{group_size}"
+
+
+def W4A8Config(group_size: Optional[int] = None, *, two_level: bool = False,
+               static: bool = False, layout: str = "auto") -> QuantizeConfig:
+    """int4 symmetric weights (per channel, or per group of 32/64/128/256; ``two_level``: the
+    QServe two-level scheme, needs a group), int8 activations per token (``static``: one
+    calibrated scale per tensor). w4a8_pc, w4a8_g128, w4a8_g128_2level, w4a8_pc_static, ..."""
+    fmt = "w4a8_" + _g(group_size) + ("_2level" if two_level else "") + (
+        "_static" if static else "")
+    return QuantizeConfig(fmt, layout)
+
+
+def W8A8Config(group_size: Optional[int] = None, *, static: bool = False) -> QuantizeConfig:
+    """int8 symmetric weights, int8 activations per token or per tensor: w8a8, w8a8_static."""
+    return QuantizeConfig("w8a8" + ("" if group_size is None else f"_g{group_size}")
+                          + ("_static" if static else ""))
+
+
+def W4A16Config(group_size: Optional[int] = 128, *,
+                zero_point: Optional[str] = None) -> QuantizeConfig:
+    """Weight-only int4 (activations stay f32/f16/bf16): symmetric, or with an integer
+    (``zero_point="int"``, AWQ-like, w4a16_g128_asym) or float (``"float"``, tinygemm,
+    w4a16_g128_fzp) zero point."""
+    suffix = {None: "", "int": "_asym", "float": "_fzp"}[zero_point]
+    return QuantizeConfig("w4a16_" + _g(group_size) + suffix)
+
+
+def W8A16Config(group_size: Optional[int] = None) -> QuantizeConfig:
+    """Weight-only int8: w8a16."""
+    return QuantizeConfig("w8a16" + ("" if group_size is None else f"_g{group_size}"))
+
+
+def W4A4Config(group_size: Optional[int] = None) -> QuantizeConfig:
+    """int4 weights and int4 activations per token: w4a4_pc, w4a4_g128."""
+    return QuantizeConfig("w4a4_" + _g(group_size))
+
+
+def W4AFP8Config(group_size: Optional[int] = None) -> QuantizeConfig:
+    """int4 weights, fp8 e4m3 activations per token: w4afp8_pc, w4afp8_g128."""
+    return QuantizeConfig("w4afp8_" + _g(group_size))
+
+
+def _fits(fmt, linear: nn.Linear) -> Optional[str]:
+    """Why the format cannot take this layer's shape (None if it can)."""
+    k = linear.in_features
+    wf = fmt.weight
+    if wf.bits == 4 and k % 2:
+        return f"K = {k} is odd"
+    if wf.group_size and k % wf.group_size:
+        return f"K = {k} is not a multiple of the group size {wf.group_size}"
+    if fmt.act == "s4_per_token" and k % 2:
+        return f"K = {k} is odd"
+    return None
+
+
+def _targets(model, filter_fn, include, exclude) -> List[Tuple[str, nn.Linear]]:
+    def matches(name, patterns):
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    include = [include] if isinstance(include, str) else include
+    exclude = [exclude] if isinstance(exclude, str) else (exclude or [])
+    out = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear):
+            continue
+        if include is not None and not matches(name, include):
+            continue
+        if matches(name, exclude):
+            continue
+        if filter_fn is not None and not filter_fn(mod, name):
+            continue
+        out.append((name, mod))
+    return out
+
+
+def _set(model: nn.Module, name: str, module: nn.Module):
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, module)
+
+
+@torch.no_grad()
+def calibrate(model: nn.Module, layers: Sequence[Tuple[str, nn.Linear]],
+              calibration_data: Iterable) -> dict:
+    """{name: max |x|} over the inputs each layer sees while ``model`` runs on every item of
+    ``calibration_data`` (a tensor, a tuple of positional arguments or a dict of keyword
+    arguments)."""
+    amax = {name: 0.0 for name, _ in layers}
+    hooks = []
+    for name, mod in layers:
+        def hook(_m, args, name=name):
+            amax[name] = max(amax[name], float(args[0].detach().abs().max()))
+        hooks.append(mod.register_forward_pre_hook(hook))
+    try:
+        for batch in calibration_data:
+            if isinstance(batch, dict):
+                model(**batch)
+            elif isinstance(batch, (tuple, list)):
+                model(*batch)
+            else:
+                model(batch)
+    finally:
+        for h in hooks:
+            h.remove()
+    return amax
+
+
+def quantize_(model: nn.Module, config: Union[QuantizeConfig, str], *,
+              filter_fn: Optional[Callable[[nn.Linear, str], bool]] = None,
+              include: Union[str, Sequence[str], None] = None,
+              exclude: Union[str, Sequence[str], None] = None,
+              calibration_data: Optional[Iterable] = None) -> nn.Module:
+    """Replaces, in place, the nn.Linear layers of ``model`` by QuantizedLinear in
+    ``config.format`` (a QuantizeConfig from W4A8Config, W8A8Config, W4A16Config, W8A16Config,
+    W4A4Config, W4AFP8Config, or a format string) and returns ``model``.
+
+    Selection: every nn.Linear, narrowed by ``include`` / ``exclude`` (glob patterns on the
+    qualified name, e.g. ``"layers.*.mlp.*"``) and ``filter_fn(linear, name)`` (e.g. by shape:
+    ``lambda m, n: m.out_features % 128 == 0``). Layers whose shape the format cannot take (odd
+    K for 4-bit, K not a multiple of the group size) are left as they are, with a warning.
+
+    Static formats (``_static``) need ``calibration_data``: batches the model is run on first
+    (under no_grad), each layer's act_scale = max |input| / 127.
+    """
+    cfg = config if isinstance(config, QuantizeConfig) else QuantizeConfig(config)
+    fmt = linear_format(cfg.format)
+    layers = []
+    skipped = []
+    for name, mod in _targets(model, filter_fn, include, exclude):
+        why = _fits(fmt, mod)
+        if why:
+            skipped.append(f"{name} ({why})")
+        else:
+            layers.append((name, mod))
+    if skipped:
+        warnings.warn(f"nibble.torch.quantize_: {fmt.name} left {len(skipped)} layer(s) "
+                      f"unquantized: {', '.join(skipped)}", stacklevel=2)
+    scales = {}
+    if fmt.static:
+        if calibration_data is None:
+            raise ValueError(f"{fmt.name} is a static format: pass calibration_data")
+        amax = calibrate(model, layers, calibration_data)
+        scales = {name: max(a, 1e-12) / 127.0 for name, a in amax.items()}
+    for name, mod in layers:
+        _set(model, name, QuantizedLinear.from_linear(mod, fmt, act_scale=scales.get(name),
+                                                      layout=cfg.layout))
+    return model

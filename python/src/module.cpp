@@ -1,0 +1,283 @@
+// nibble._C — the nanobind module: one thin function per C++ entry point.
+//
+// Each function converts its Python arguments into views (convert.h), releases the GIL, calls
+// the C++ API and returns. No validation, dispatch or arithmetic happens here: the C++ API
+// checks every argument and throws nibble::Error, which arrives in Python as the matching
+// nibble error class (InvalidArgumentError, UnsupportedError, ...) with the same message.
+// Outputs are caller-allocated; the Python package (python/nibble/) allocates them with the
+// caller's array library and documents each function (formula, shapes, dtypes).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <string>
+
+#include "convert.h"
+#include "nibble/nibble.h"
+
+namespace nb = nanobind;
+using nibble::python::Call;
+using nibble::python::stream_from;
+
+namespace {
+
+nb::dict weight_format_dict(const nibble::WeightFormat& f) {
+  nb::dict d;
+  d["name"] = nibble::to_string(f);
+  d["scheme"] = nibble::to_string(f.scheme);
+  d["group_size"] = f.group_size;
+  d["scale_dtype"] = nibble::to_string(f.scale_dtype);
+  d["value_dtype"] = nibble::to_string(nibble::weight_value_dtype(f.scheme));
+  d["qmin"] = nibble::weight_qmin(f.scheme);
+  d["qmax"] = nibble::weight_qmax(f.scheme);
+  return d;
+}
+
+nb::object spec_tuple(const nibble::BufferSpec& s) {
+  if (s.rank == 0) return nb::none();
+  nb::object shape = s.rank == 1 ? nb::make_tuple(s.shape[0]) : nb::make_tuple(s.shape[0], s.shape[1]);
+  return nb::make_tuple(nibble::to_string(s.dtype), shape);
+}
+
+nb::tuple packed_tuple(const nibble::PackedWeight& p) {
+  const auto array_or_none = [](const nibble::Tensor& t) {
+    return t.defined() ? nibble::python::to_numpy(t) : nb::none();
+  };
+  return nb::make_tuple(nibble::to_string(p.layout), p.version, nibble::to_string(p.format),
+                        p.has_scales, p.n, p.k, p.n_pad, p.k_pad, array_or_none(p.q),
+                        array_or_none(p.scales), array_or_none(p.group_params));
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "nibble's C++ API, bound with nanobind. Use the `nibble` package, not this module.";
+  nibble::python::register_errors(m);
+
+  // ---- build and devices ---------------------------------------------------------------------
+  m.def("build_info", [] {
+    const nibble::BuildInfo b = nibble::build_info();
+    nb::dict d;
+    d["version"] = b.version;
+    d["cuda"] = b.cuda;
+    d["cuda_archs"] = b.cuda_archs;
+    d["cuda_runtime"] = b.cuda_runtime;
+    d["compiler"] = b.compiler;
+    d["build_type"] = b.build_type;
+    return d;
+  });
+  m.def("cuda_device_count", &nibble::cuda_device_count);
+  m.def("cuda_unavailable_reason", &nibble::cuda_unavailable_reason);
+  m.def("cuda_device_info", [](int ordinal) {
+    const nibble::DeviceInfo i = nibble::cuda_device_info(ordinal);
+    nb::dict d;
+    d["ordinal"] = i.ordinal;
+    d["name"] = i.name;
+    d["cc_major"] = i.cc_major;
+    d["cc_minor"] = i.cc_minor;
+    d["sm_count"] = i.sm_count;
+    d["l2_bytes"] = i.l2_bytes;
+    d["smem_per_block_optin"] = i.smem_per_block_optin;
+    d["global_mem_bytes"] = i.global_mem_bytes;
+    d["clock_khz"] = i.clock_khz;
+    d["mem_clock_khz"] = i.mem_clock_khz;
+    d["mem_bus_bits"] = i.mem_bus_bits;
+    return d;
+  });
+  m.def("synchronize", [](const std::string& type, int index) {
+    const nibble::Device device = nibble::python::device_from(type, index);
+    nb::gil_scoped_release release;
+    nibble::synchronize(device);
+  });
+
+  // ---- formats -------------------------------------------------------------------------------
+  m.def("weight_format", [](const std::string& s) {
+    return weight_format_dict(nibble::parse_weight_format(s));
+  });
+  m.def("linear_format", [](const std::string& s) {
+    const nibble::LinearFormat f = nibble::parse_linear_format(s);
+    nb::dict d;
+    d["name"] = nibble::to_string(f);
+    d["weight"] = weight_format_dict(f.weight);
+    d["act"] = nibble::to_string(f.act);
+    d["act_dtype"] = f.act == nibble::ActScheme::none
+                         ? nb::none()
+                         : nb::object(nb::str(nibble::to_string(nibble::act_value_dtype(f.act))));
+    return d;
+  });
+  m.def("weight_storage", [](const std::string& format, int64_t n, int64_t k) {
+    const nibble::WeightStorage st =
+        nibble::weight_storage(nibble::parse_weight_format(format), n, k);
+    nb::dict d;
+    d["q"] = spec_tuple(st.q);
+    d["scales"] = spec_tuple(st.scales);
+    d["zeros"] = spec_tuple(st.zeros);
+    d["group_scales"] = spec_tuple(st.group_scales);
+    return d;
+  });
+  m.def("effective_bits_per_weight", [](const std::string& format, int64_t k) {
+    return nibble::effective_bits_per_weight(nibble::parse_weight_format(format), k);
+  });
+  m.def("max_int32_accumulation_k", [](const std::string& a, const std::string& w) {
+    return nibble::max_int32_accumulation_k(nibble::parse_dtype(a), nibble::parse_dtype(w));
+  });
+
+  // ---- quantization --------------------------------------------------------------------------
+  m.def("quantize_weight", [](nb::handle w, nb::handle out) {
+    Call c("quantize_weight");
+    const nibble::TensorView wv = c.input(w, "w");
+    const nibble::QuantizedWeightView ov = c.weight(out, "out", true);
+    nb::gil_scoped_release release;
+    nibble::quantize_weight(wv, ov);
+  });
+  m.def("dequantize_weight", [](nb::handle w, nb::handle out) {
+    Call c("dequantize_weight");
+    const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
+    const nibble::TensorView ov = c.output(out, "out");
+    nb::gil_scoped_release release;
+    nibble::dequantize_weight(wv, ov);
+  });
+  m.def(
+      "quantize_activation",
+      [](nb::handle x, nb::handle out, uintptr_t stream) {
+        Call c("quantize_activation");
+        const nibble::TensorView xv = c.input(x, "x");
+        const nibble::QuantizedActivationView ov = c.activation(out, "out", true);
+        nb::gil_scoped_release release;
+        nibble::quantize_activation(xv, ov, stream_from(stream));
+      },
+      nb::arg("x"), nb::arg("out"), nb::arg("stream") = 0);
+  m.def(
+      "quantize_activation_static",
+      [](nb::handle x, float scale, nb::handle out, uintptr_t stream) {
+        Call c("quantize_activation_static");
+        const nibble::TensorView xv = c.input(x, "x");
+        const nibble::QuantizedActivationView ov = c.activation(out, "out", true);
+        nb::gil_scoped_release release;
+        nibble::quantize_activation_static(xv, scale, ov, stream_from(stream));
+      },
+      nb::arg("x"), nb::arg("scale"), nb::arg("out"), nb::arg("stream") = 0);
+  m.def("dequantize_activation", [](nb::handle a, nb::handle out) {
+    Call c("dequantize_activation");
+    const nibble::QuantizedActivationView av = c.activation(a, "a", false);
+    const nibble::TensorView ov = c.output(out, "out");
+    nb::gil_scoped_release release;
+    nibble::dequantize_activation(av, ov);
+  });
+  m.def("pack_int4", [](nb::handle unpacked, nb::handle packed) {
+    Call c("pack_int4");
+    const nibble::TensorView u = c.input(unpacked, "unpacked");
+    const nibble::TensorView p = c.output(packed, "packed");
+    nb::gil_scoped_release release;
+    nibble::pack_int4(u, p);
+  });
+  m.def("unpack_int4", [](nb::handle packed, nb::handle unpacked) {
+    Call c("unpack_int4");
+    const nibble::TensorView p = c.input(packed, "packed");
+    const nibble::TensorView u = c.output(unpacked, "unpacked");
+    nb::gil_scoped_release release;
+    nibble::unpack_int4(p, u);
+  });
+
+  // ---- packed layouts ------------------------------------------------------------------------
+  m.def("pack_weight", [](nb::handle w) {
+    Call c("pack_weight");
+    const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
+    nibble::PackedWeight p;
+    {
+      nb::gil_scoped_release release;
+      p = nibble::pack_weight(wv, nibble::Device::cpu());
+    }
+    return packed_tuple(p);
+  });
+  m.def("pack_s4_matrix", [](nb::handle w) {
+    Call c("pack_s4_matrix");
+    const nibble::TensorView wv = c.input(w, "w");
+    nibble::PackedWeight p;
+    {
+      nb::gil_scoped_release release;
+      p = nibble::pack_s4_matrix(wv, nibble::Device::cpu());
+    }
+    return packed_tuple(p);
+  });
+  m.def("allocate_packed_weight", [](const std::string& format, int64_t n, int64_t k) {
+    return packed_tuple(
+        nibble::allocate_packed_weight(nibble::parse_weight_format(format), n, k));
+  });
+  m.def("w4_mma_k128_index", [](int64_t n, int64_t k, int64_t k_pad) {
+    const nibble::NibbleIndex i = nibble::w4_mma_k128_index(n, k, k_pad);
+    return nb::make_tuple(i.byte, i.shift);
+  });
+  m.def("packed_weight_value", [](nb::handle w, int64_t n, int64_t k) {
+    Call c("packed_weight_value");
+    return nibble::packed_weight_value(c.packed(w, "w"), n, k);
+  });
+  m.def("describe_layout", [](const std::string& layout) {
+    return nibble::describe_layout(nibble::python::weight_layout_from_string(layout));
+  });
+
+  // ---- GEMMs ---------------------------------------------------------------------------------
+  m.def(
+      "gemm_s32",
+      [](nb::handle a, nb::handle w, nb::handle d, uintptr_t stream) {
+        Call c("gemm_s32");
+        const nibble::TensorView av = c.input(a, "a");
+        const nibble::TensorView wv = c.input(w, "w");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::gemm_s32(av, wv, dv, stream_from(stream));
+      },
+      nb::arg("a"), nb::arg("w"), nb::arg("d"), nb::arg("stream") = 0);
+  m.def(
+      "gemm_s32_packed",
+      [](nb::handle a, nb::handle w, nb::handle d, uintptr_t stream) {
+        Call c("gemm_s32");
+        const nibble::TensorView av = c.input(a, "a");
+        const nibble::PackedWeightView wv = c.packed(w, "w");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::gemm_s32(av, wv, dv, stream_from(stream));
+      },
+      nb::arg("a"), nb::arg("w"), nb::arg("d"), nb::arg("stream") = 0);
+  m.def(
+      "linear",
+      [](nb::handle a, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
+        Call c("linear");
+        const nibble::QuantizedActivationView av = c.activation(a, "a", false);
+        const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
+        const nibble::TensorView bv = c.input(bias, "bias");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::linear(av, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
+      },
+      nb::arg("a"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
+  m.def(
+      "linear_a16",
+      [](nb::handle x, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
+        Call c("linear");
+        const nibble::TensorView xv = c.input(x, "x");
+        const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
+        const nibble::TensorView bv = c.input(bias, "bias");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::linear(xv, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
+  m.def(
+      "linear_packed",
+      [](nb::handle a, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
+        Call c("linear");
+        const nibble::QuantizedActivationView av = c.activation(a, "a", false);
+        const nibble::PackedWeightView wv = c.packed(w, "w");
+        const nibble::TensorView bv = c.input(bias, "bias");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::linear(av, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
+      },
+      nb::arg("a"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
+  m.def("explain", [](const std::string& format, int64_t m_, int64_t n, int64_t k,
+                      const std::string& device_type, int index) {
+    return nibble::explain(nibble::parse_linear_format(format), m_, n, k,
+                           nibble::python::device_from(device_type, index));
+  });
+}
