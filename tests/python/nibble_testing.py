@@ -25,10 +25,17 @@ REL_TOL_COMPILED = 2e-2
 REL_TOL_VS_FLOAT = {"w8": 0.06, "w4": 0.35, "w4a4": 0.6, "w4afp8": 0.35}
 
 
+def _host_float64(x) -> np.ndarray:
+    """numpy float64 copy of a numpy array or a torch tensor on any device."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor (CUDA included)
+        x = x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
 def rel_fro(got, ref) -> float:
     """‖got − ref‖_F / ‖ref‖_F in float64."""
-    got = np.asarray(got, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
+    got = _host_float64(got)
+    ref = _host_float64(ref)
     return float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-300))
 
 
