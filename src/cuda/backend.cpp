@@ -124,28 +124,39 @@ void require_sm80(int device) {
                              std::to_string(info.cc_minor) + ")");
 }
 
-// Which W4A8 kernel runs a packed-weight call. On Hopper the wgmma kernel takes every M from
-// kSm90MinTokens up, for the formats it implements (H100, 2026-11-23: at M = 64 it was faster
-// than sm80_w4a8_gemm on every bench shape, by 1.5-3x; sm80 at M = 32 was slower than sm90 at
-// M = 64 on every shape; at M = 16 the two split the shapes).
-// Below that (a weight stream, where sm80_w4a8_gemm's thin split-K tiles stream well) and on
-// other GPUs, sm80_w4a8_gemm runs.
+// Which W4A8 kernel runs a packed-weight call (measured on the H100, 2026-11-23, forcing each
+// kernel on the six bench shapes). On Hopper, for the formats it implements, the wgmma kernel
+// runs
+//   - every M ≥ 17: at M = 64 it was 1.5–3× faster than sm80_w4a8_gemm on every shape, and sm80
+//     at M = 32 was slower than sm90 at M = 64 on every shape;
+//   - M = 9..16 when its grid fits in one wave: there it won on the five shapes that fit (e.g.
+//     4096×4096 at M = 16: 11.8 vs 15.4 µs) and lost on the one that does not (28672×4096:
+//     31.7 vs 25.2 µs, 224 tiles on 132 SMs).
+// Smaller M (a pure weight stream, where sm80_w4a8_gemm's thin split-K tiles won on four of six
+// shapes at M = 8 and most at M ≤ 4) and other GPUs run sm80_w4a8_gemm.
 // NIBBLE_W4A8_KERNEL=sm80_w4a8_gemm or sm90_w4a8_gemm forces one where it can run (for
 // benchmarks comparing the two; both compute the same results).
 constexpr int64_t kSm90MinTokens = 17;
+constexpr int64_t kSm90MinTokensOneWave = 9;
 
-bool use_sm90_w4a8(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group) {
+bool use_sm90_w4a8(int device, int64_t m, int64_t n_pad, int64_t k_pad,
+                   sm80::W4A8Epilogue epilogue, int group) {
   if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
   if (const char* forced = std::getenv("NIBBLE_W4A8_KERNEL")) {
     const std::string f = forced;
     if (f == "sm80_w4a8_gemm") return false;
     if (f == "sm90_w4a8_gemm") return true;
   }
-  return m >= kSm90MinTokens;
+  if (m >= kSm90MinTokens) return true;
+  if (m < kSm90MinTokensOneWave) return false;
+  const int sms = cuda_device_info(device).sm_count;
+  const W4A8WgmmaPlan plan = plan_sm90_w4a8(m, n_pad, k_pad, epilogue, sms);
+  return int64_t(plan.tiles_m) * plan.tiles_n * plan.splits <= sms;
 }
 
 void launch_w4a8(const W4A8Launch& l, Stream stream) {
-  if (use_sm90_w4a8(l.device, l.m, l.epilogue, l.group)) return launch_sm90_w4a8(l, stream);
+  if (use_sm90_w4a8(l.device, l.m, l.n_pad, l.k_pad, l.epilogue, l.group))
+    return launch_sm90_w4a8(l, stream);
   launch_sm80_w4a8(l, stream);
 }
 
@@ -196,12 +207,12 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   if (k % 32 != 0) return s + "; packed weights need K % 32 == 0";
   const sm80::W4A8Epilogue epilogue = epilogue_of(format.weight);
   const int64_t n_pad = (n + 7) / 8 * 8;
-  if (use_sm90_w4a8(device, m, epilogue, format.weight.group_size))
+  const int64_t k_pad = (k + 127) / 128 * 128;
+  if (use_sm90_w4a8(device, m, n_pad, k_pad, epilogue, format.weight.group_size))
     return s + "; packed weights (pack_weight): runs " +
-           describe(plan_sm90_w4a8(m, n_pad, (k + 127) / 128 * 128, epilogue, info.sm_count)) +
-           " on " +
-           std::to_string(info.sm_count) + " SMs (Hopper, M >= " +
-           std::to_string(kSm90MinTokens) + ")";
+           describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count)) + " on " +
+           std::to_string(info.sm_count) + " SMs (Hopper: M >= " + std::to_string(kSm90MinTokens) +
+           ", or M >= " + std::to_string(kSm90MinTokensOneWave) + " when the grid is one wave)";
   const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, k, (k + 127) / 128 * 128, epilogue,
                                        format.weight.group_size, info.sm_count);
   return s + "; packed weights (pack_weight): runs " + describe(plan) + " on " +
