@@ -278,11 +278,18 @@ ModelFiles open_model(const std::string& path) {
   return m;
 }
 
-ModelFiles random_model(const std::string& arch, uint64_t seed) {
+ModelFiles random_model(const ModelConfig& config, uint64_t seed) {
+  config.validate("random_model");
   ModelFiles m;
-  m.config = ModelConfig::preset(arch);
-  m.path = "--random-weights --arch " + arch;
+  m.config = config;
+  m.path = "random weights";
   m.weights = std::make_unique<RandomSource>(m.config, seed);
+  return m;
+}
+
+ModelFiles random_model(const std::string& arch, uint64_t seed) {
+  ModelFiles m = random_model(ModelConfig::preset(arch), seed);
+  m.path = "--random-weights --arch " + arch;
   return m;
 }
 

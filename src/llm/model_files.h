@@ -58,6 +58,8 @@ ModelFiles open_model(const std::string& path);
 /// An architecture preset (ModelConfig::preset) with deterministic random weights: uniform,
 /// each tensor from its own seed (seed, name), matrices scaled to keep activations O(1).
 ModelFiles random_model(const std::string& arch, uint64_t seed);
+/// The same for any (validated) configuration, e.g. a tiny one in tests.
+ModelFiles random_model(const ModelConfig& config, uint64_t seed);
 
 /// The canonical (GGUF) name of a Hugging Face Llama tensor name, or "" when it is not one.
 std::string canonical_tensor_name(const std::string& hf_name);

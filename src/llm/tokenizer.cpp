@@ -334,6 +334,9 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
     if (const auto* b = std::get_if<bool>(&it->second.scalar)) return *b;
     fail_tok(std::string("GGUF metadata ") + key + " is not a bool");
   };
+  if (kind != "gpt2" && kind != "llama")
+    fail_tok("GGUF tokenizer.ggml.model '" + kind + "' is not supported (gpt2, llama)",
+             ErrorCode::unsupported);
   for (const auto& v : *array("tokenizer.ggml.tokens", true)) {
     const auto* s = std::get_if<std::string>(&v);
     if (s == nullptr) fail_tok("tokenizer.ggml.tokens holds a non-string");

@@ -27,5 +27,6 @@ int run_demo(const Args& args);
 int run_model_info(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_perplexity(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
 
 }  // namespace nibble::cli

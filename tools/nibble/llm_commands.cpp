@@ -253,6 +253,17 @@ int run_generate(int argc, char** argv) {
   return 0;
 }
 
+int run_tokenize(int argc, char** argv) {
+  const Invocation inv = parse("tokenize", argc, argv, {"text", "file", "no-bos"});
+  const Args& a = inv.args;
+  ModelFiles m = open(inv);
+  if (!m.tokenizer) usage_error("tokenize", "the model has no tokenizer");
+  const std::string text = a.has("file") ? llm::read_text_file(a.get("file", ""), "nibble tokenize")
+                                         : a.get("text", "");
+  print_ids("", m.tokenizer->encode(text, !a.has("no-bos")));
+  return 0;
+}
+
 int run_perplexity(int argc, char** argv) {
   const Invocation inv = parse("perplexity", argc, argv, {"text", "ctx", "max-tokens", "quiet"});
   const Args& a = inv.args;

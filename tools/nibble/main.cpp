@@ -167,6 +167,8 @@ void usage() {
       "                       generate text; prints TTFT, decode tokens/s, sizes, memory\n"
       "  perplexity MODEL --text FILE [--format FMT] [--ctx 512] [--max-tokens N]\n"
       "                       perplexity of a text in non-overlapping windows\n"
+      "  tokenize MODEL (--text TEXT | --file FILE) [--no-bos]\n"
+      "                       the token ids of a text, comma-separated\n"
       "  formats              the format catalogue with effective bits per weight\n"
       "  demo [--device cpu|cuda] [--m 16] [--n 4096] [--k 4096] [--formats a,b,...]\n"
       "       [--seed S] [--reps R]\n"
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return argc > 2 ? run_model_info(argc, argv) : run_info();
     if (cmd == "generate") return run_generate(argc, argv);
     if (cmd == "perplexity") return run_perplexity(argc, argv);
+    if (cmd == "tokenize") return run_tokenize(argc, argv);
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);
     if (cmd == "layout") return run_layout(parse_args(argc, argv, 2, {"print"}));
