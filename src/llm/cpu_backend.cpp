@@ -222,7 +222,7 @@ class CpuBackend final : public Backend {
     const int64_t hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
     const int64_t group = c_.n_heads / c_.n_kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    pool_.parallel_for(m * c_.n_heads, [&](int64_t b0, int64_t b1) {
+    auto run = [&](int64_t b0, int64_t b1) {
       std::vector<float> scores;
       for (int64_t task = b0; task < b1; ++task) {
         const int64_t t = task / c_.n_heads, head = task % c_.n_heads, kvh = head / group;
@@ -248,7 +248,11 @@ class CpuBackend final : public Backend {
           for (int64_t i = 0; i < hd; ++i) ov[i] += pj * vv[i];
         }
       }
-    });
+    };
+    // One decode step over a short cache is too little work to wake the pool for.
+    const int64_t work = m * c_.n_heads * (pos + m) * hd;
+    if (work >= (int64_t{1} << 20)) pool_.parallel_for(m * c_.n_heads, run);
+    else run(0, m * c_.n_heads);
   }
 
   ModelConfig c_;

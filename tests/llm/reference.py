@@ -12,6 +12,7 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   tokens       write test data: token ids of fixed strings, from `tokenizers`
   check        run `nibble generate --format f32` and compare its logits at every prompt
                position and its greedy tokens with this reference
+  check-tokens compare `nibble tokenize` with `tokenizers` on a whole text file
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
 """
@@ -77,12 +78,14 @@ class Reference:
         """Logits (len(tokens), vocab) in float64, one token at a time with a KV cache."""
         hd, H, KV = self.head_dim, self.n_heads, self.n_kv_heads
         cache = [([], []) for _ in range(self.n_layers)]
-        W = {}
-        for l in range(self.n_layers):
-            p = f"blk.{l}."
-            W[l] = {k: self.w(p + k + ".weight") for k in
-                    ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                     "ffn_gate", "ffn_up", "ffn_down")}
+        if not hasattr(self, "W"):  # float64 copies, made once
+            self.W = {}
+            for l in range(self.n_layers):
+                p = f"blk.{l}."
+                self.W[l] = {k: self.w(p + k + ".weight") for k in
+                             ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v",
+                              "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+        W = self.W
         emb = self.w("token_embd.weight")
         out_w = self.out.astype(np.float64)
         out_norm = self.w("output_norm.weight")
@@ -111,12 +114,6 @@ class Reference:
                 x = x + L["ffn_down"] @ (g / (1.0 + np.exp(-g)) * u)
             logits.append(out_w @ self.rmsnorm(x, out_norm))
         return np.stack(logits)
-
-    def greedy(self, prompt, n):
-        toks = list(prompt)
-        for _ in range(n):
-            toks.append(int(np.argmax(self.run(toks)[-1])))
-        return toks[len(prompt):]
 
 
 # ---- the tokenizer ---------------------------------------------------------------------------
@@ -218,7 +215,10 @@ def cmd_check(args):
     prompt = tok.encode(args.prompt).ids
     logits, gen, out = run_nibble(args.nibble, args.model, prompt, args.n, "f32")
     logits = logits.reshape(len(prompt), ref.vocab)
-    want = ref.run(prompt)
+    # One causal pass over prompt + generated tokens: its first rows are the prompt's logits,
+    # the rest score nibble's greedy choices (teacher forcing).
+    full = ref.run(prompt + gen)
+    want = full[:len(prompt)]
     diff = np.abs(logits - want).max()
     rel = np.linalg.norm(logits - want) / np.linalg.norm(want)
     print(f"prompt: {args.prompt!r} ({len(prompt)} tokens)")
@@ -228,8 +228,6 @@ def cmd_check(args):
     # Greedy tokens: the reference scores nibble's whole sequence (teacher forcing), so a
     # mismatch is located exactly; it is accepted only where the reference itself sees a tie
     # (its top two logits closer than the logit tolerance).
-    seq = prompt + gen
-    full = ref.run(seq)
     match = 0
     for i, g in enumerate(gen):
         row = full[len(prompt) - 1 + i]
@@ -253,6 +251,28 @@ def cmd_check(args):
         print(f"Hugging Face checkpoint ({args.safetensors}): logits and tokens "
               f"{'identical to the GGUF path' if same else 'DIFFER from the GGUF path'}"
               + ("" if same else f" (max |Δ| {np.abs(l2 - logits.reshape(-1)).max():.3e})"))
+        ok = ok and same
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def cmd_check_tokens(args):
+    """nibble's tokenizer against Hugging Face tokenizers on a whole text file."""
+    tok = hf_tokenizer(gguf.GGUFReader(args.model))
+    with open(args.text, encoding="utf-8") as f:
+        text = f.read()
+    want = tok.encode(text).ids
+    ok = True
+    for model in [args.model] + ([args.safetensors] if args.safetensors else []):
+        res = subprocess.run([args.nibble, "tokenize", model, "--file", args.text],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"FAIL: nibble tokenize exited {res.returncode}: {res.stderr}")
+        got = [int(x) for x in res.stdout.strip().split(",") if x]
+        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        same = got == want
+        print(f"{model}: {len(got)} tokens from nibble, {len(want)} from tokenizers: "
+              + ("identical" if same else f"DIFFER (first at {first})"))
         ok = ok and same
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
@@ -328,6 +348,11 @@ def main():
     p.add_argument("--prompt", default="The capital of France is")
     p.add_argument("-n", type=int, default=32)
     p.add_argument("--safetensors", default="", help="a checkpoint from export-hf to compare too")
+    p = sub.add_parser("check-tokens")
+    p.add_argument("--model", required=True)
+    p.add_argument("--nibble", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--safetensors", default="", help="also tokenize with this checkpoint's tokenizer.json")
     p = sub.add_parser("export-hf")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
@@ -336,6 +361,8 @@ def main():
         return cmd_tokens(args)
     if args.cmd == "check":
         return cmd_check(args)
+    if args.cmd == "check-tokens":
+        return cmd_check_tokens(args)
     return cmd_export_hf(args)
 
 
