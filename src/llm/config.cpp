@@ -151,6 +151,27 @@ int64_t ModelConfig::n_params() const {
   return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 
+std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
+  char num[64];
+  auto g = [&](double v) {
+    std::snprintf(num, sizeof num, "%.17g", v);
+    return std::string(num);
+  };
+  auto i = [](int64_t v) { return std::to_string(v); };
+  std::string s = "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n";
+  s += "  \"_name_or_path\": " + json_quote(name) + ",\n";
+  s += "  \"vocab_size\": " + i(vocab_size) + ",\n  \"hidden_size\": " + i(dim) + ",\n";
+  s += "  \"num_hidden_layers\": " + i(n_layers) + ",\n  \"num_attention_heads\": " + i(n_heads) + ",\n";
+  s += "  \"num_key_value_heads\": " + i(n_kv_heads) + ",\n  \"head_dim\": " + i(head_dim) + ",\n";
+  s += "  \"intermediate_size\": " + i(ffn_dim) + ",\n  \"max_position_embeddings\": " + i(max_context) + ",\n";
+  s += "  \"rope_theta\": " + g(rope_theta) + ",\n  \"rms_norm_eps\": " + g(norm_eps) + ",\n";
+  s += std::string("  \"tie_word_embeddings\": ") + (tied_embeddings ? "true" : "false") + ",\n";
+  if (bos_id >= 0) s += "  \"bos_token_id\": " + i(bos_id) + ",\n";
+  if (eos_id >= 0) s += "  \"eos_token_id\": " + i(eos_id) + ",\n";
+  s += "  \"hidden_act\": \"silu\",\n  \"rope_scaling\": null\n}\n";
+  return s;
+}
+
 std::string ModelConfig::describe() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,

@@ -42,6 +42,8 @@ struct ModelConfig {
   /// Parameters, counting a tied embedding once.
   int64_t n_params() const;
   std::string describe() const;
+  /// A Hugging Face config.json for this configuration (bos/eos ids < 0 are left out).
+  std::string to_hf_json(int32_t bos_id, int32_t eos_id) const;
 };
 
 }  // namespace nibble::llm

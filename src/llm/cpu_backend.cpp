@@ -75,7 +75,16 @@ class CpuBackend final : public Backend {
       const std::string p = "blk." + std::to_string(l) + ".";
       Layer L;
       auto lin = [&](const char* name, int64_t n, int64_t k) {
-        return std::make_unique<StrategyLinear>(opt.strategy, src.load(p + name, {n, k}), n, k, &pool_);
+        const std::string stored = src.quantized_format(p + name);
+        if (stored.empty())
+          return std::make_unique<StrategyLinear>(opt.strategy, src.load(p + name, {n, k}), n, k, &pool_);
+        // A pre-quantized checkpoint runs in its own format only (its floats are gone).
+        if (opt.strategy.prefill != stored || opt.strategy.decode != stored)
+          detail::fail(ErrorCode::invalid_argument,
+                       "nibble::llm: the checkpoint holds '" + p + name + "' pre-quantized as " + stored +
+                           "; it runs with --format " + stored + ", not " + opt.strategy.describe());
+        return std::make_unique<StrategyLinear>(
+            make_quantized_linear(stored, src.load_quantized(p + name, n, k), k, &pool_));
       };
       L.attn_norm = src.load(p + "attn_norm.weight", {d});
       L.ffn_norm = src.load(p + "ffn_norm.weight", {d});

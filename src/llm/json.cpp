@@ -1,6 +1,7 @@
 #include "llm/json.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <unordered_set>
 
@@ -292,6 +293,23 @@ const std::vector<Json>& Json::items() const {
 const std::vector<std::pair<std::string, Json>>& Json::members() const {
   if (kind_ != Kind::object) fail_kind("an object", kind_);
   return members_;
+}
+
+std::string json_quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 const Json* Json::find(std::string_view key) const {

@@ -60,4 +60,7 @@ class Json {
   std::vector<std::pair<std::string, Json>> members_;
 };
 
+/// `s` as a JSON string literal, quotes included (for the writers of config and tokenizer files).
+std::string json_quote(std::string_view s);
+
 }  // namespace nibble::llm

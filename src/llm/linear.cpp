@@ -146,11 +146,9 @@ class NibbleLinear final : public Linear {
  public:
   NibbleLinear(const LinearFormat& f, const std::string& name, const std::vector<float>& w,
                int64_t n, int64_t k, ThreadPool* pool)
-      : format_(f), name_(name), n_(n), k_(k), pool_(pool) {
+      : format_(f), name_(name), n_(n), k_(k), kp_(padded_k(name, k)), pool_(pool) {
     // Pad K to the group size (and to an even count for packed int4): zero columns of W meet
     // zero columns of x, so the products are those of the unpadded layer.
-    const int64_t g = f.weight.per_channel() ? 2 : f.weight.group_size;
-    kp_ = (k + g - 1) / g * g;
     Tensor wp = Tensor::empty(DType::f32, {n, kp_});
     float* dst = wp.view().ptr<float>();
     for (int64_t r = 0; r < n; ++r) {
@@ -159,6 +157,16 @@ class NibbleLinear final : public Linear {
     }
     qw_ = QuantizedWeight(f.weight, n, kp_);
     quantize_weight(wp.view(), qw_.view());
+  }
+
+  NibbleLinear(const LinearFormat& f, const std::string& name, QuantizedWeight qw, int64_t k,
+               ThreadPool* pool)
+      : format_(f), name_(name), n_(qw.n), k_(k), kp_(padded_k(name, k)), qw_(std::move(qw)), pool_(pool) {
+    if (!(qw_.format == f.weight) || qw_.k != kp_)
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm::make_quantized_linear: weights of format " + to_string(qw_.format) +
+                       " with K = " + std::to_string(qw_.k) + " do not fit " + name + " with K = " +
+                       std::to_string(k) + " (padded " + std::to_string(kp_) + ")");
   }
 
   void forward(const float* x, int64_t m, float* y) const override {
@@ -213,11 +221,12 @@ class NibbleLinear final : public Linear {
            (qw_.group_scales.defined() ? qw_.group_scales.nbytes() : 0);
   }
   std::string mode() const override { return name_; }
+  const QuantizedWeight* quantized() const override { return &qw_; }
 
  private:
   LinearFormat format_;
   std::string name_;
-  int64_t n_, k_, kp_ = 0;
+  int64_t n_, k_, kp_;
   QuantizedWeight qw_;
   ThreadPool* pool_;
 };
@@ -239,6 +248,22 @@ void check_weight_mode(const std::string& mode) {
     detail::fail(ErrorCode::unsupported, "nibble::llm: '" + mode +
                                              "' needs calibrated static activation scales, which "
                                              "the runner does not compute");
+}
+
+int64_t padded_k(const std::string& mode, int64_t k) {
+  if (mode == "f32" || mode == "bf16") return k;
+  const LinearFormat f = parse_linear_format(mode);
+  const int64_t g = f.weight.per_channel() ? (dtype_bits(weight_value_dtype(f.weight.scheme)) == 4 ? 2 : 1)
+                                           : f.weight.group_size;
+  return (k + g - 1) / g * g;
+}
+
+std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, QuantizedWeight qw,
+                                              int64_t k, ThreadPool* pool) {
+  check_weight_mode(mode);
+  if (mode == "f32" || mode == "bf16")
+    detail::fail(ErrorCode::invalid_argument, "nibble::llm::make_quantized_linear: '" + mode + "' is not a quantized format");
+  return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, std::move(qw), k, pool);
 }
 
 std::unique_ptr<Linear> make_linear(const std::string& mode, std::vector<float> w, int64_t n,

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "nibble/tensor.h"
+
 namespace nibble::llm {
 
 class ThreadPool;
@@ -36,6 +38,8 @@ class Linear {
   /// Bytes of weights (and scales, zeros) the layer reads per forward call.
   virtual int64_t weight_bytes() const = 0;
   virtual std::string mode() const = 0;
+  /// The quantized weights of a layer in a nibble format (K padded, see padded_k), else null.
+  virtual const QuantizedWeight* quantized() const { return nullptr; }
 };
 
 /// "f32", "bf16" or a linear format string of nibble (parse_linear_format); throws
@@ -46,6 +50,15 @@ void check_weight_mode(const std::string& mode);
 /// products on several threads; nibble's reference linear runs on the calling thread.
 std::unique_ptr<Linear> make_linear(const std::string& mode, std::vector<float> w, int64_t n,
                                     int64_t k, ThreadPool* pool);
+
+/// K as a layer in a nibble format stores it: rounded up to the group size (to an even count
+/// for per-channel 4-bit formats). K itself for f32 and bf16.
+int64_t padded_k(const std::string& mode, int64_t k);
+
+/// A layer from weights already quantized in the nibble format `mode` (a pre-quantized
+/// checkpoint): qw is (n, padded_k(mode, k)) in the weight format of `mode`.
+std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, QuantizedWeight qw,
+                                              int64_t k, ThreadPool* pool);
 
 /// Prefill (M > 1) and decode (M = 1) modes; equal modes share one set of weights.
 struct LinearStrategy {
@@ -58,6 +71,8 @@ struct LinearStrategy {
 class StrategyLinear final : public Linear {
  public:
   StrategyLinear(const LinearStrategy& s, std::vector<float> w, int64_t n, int64_t k, ThreadPool* pool);
+  /// One layer for both phases (e.g. pre-quantized weights).
+  explicit StrategyLinear(std::unique_ptr<Linear> both) : prefill_(std::move(both)) {}
   void forward(const float* x, int64_t m, float* y) const override;
   int64_t n() const override { return prefill_->n(); }
   int64_t k() const override { return prefill_->k(); }
@@ -66,6 +81,7 @@ class StrategyLinear final : public Linear {
   /// All weights held (both modes).
   int64_t resident_bytes() const;
   std::string mode() const override;
+  const QuantizedWeight* quantized() const override { return prefill_->quantized(); }
 
  private:
   std::unique_ptr<Linear> prefill_, decode_;  // decode_ null when it equals prefill_

@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "common/check.h"
 #include "llm/file_util.h"
 #include "llm/gguf.h"
 #include "llm/json.h"
+#include "llm/linear.h"
 #include "llm/safetensors.h"
+#include "nibble/nibble.h"
 
 namespace nibble::llm {
 
@@ -75,19 +79,81 @@ class GgufSource final : public WeightSource {
   ModelConfig c_;
 };
 
+const char* const kQuantParts[] = {"qweight", "scales", "zeros", "group_scales"};
+
+// The safetensors dtype a quantized buffer is stored in: 4-bit values as their packed bytes.
+std::string stored_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::s8: return "I8";
+    default: return "U8";  // u8, and s4/u4 packed two per byte
+  }
+}
+
 class SafetensorsSource final : public WeightSource {
  public:
   explicit SafetensorsSource(std::vector<SafetensorsFile> files) : files_(std::move(files)) {
-    for (size_t f = 0; f < files_.size(); ++f)
+    for (size_t f = 0; f < files_.size(); ++f) {
+      if (auto it = files_[f].metadata().find("nibble.format"); it != files_[f].metadata().end()) {
+        if (!format_.empty() && format_ != it->second)
+          fail_model(files_[f].what() + ": shards of different nibble formats");
+        format_ = it->second;
+        check_weight_mode(format_);
+      }
       for (const auto& t : files_[f].tensors()) {
-        const std::string c = canonical_tensor_name(t.name);
-        if (c.empty()) continue;  // e.g. rotary_emb.inv_freq of old checkpoints
+        std::string c = canonical_tensor_name(t.name);
+        if (c.empty()) {  // a quantized part "<hf name>.qweight" etc. of a nibble checkpoint?
+          const size_t dot = t.name.rfind('.');
+          const std::string part = dot == std::string::npos ? "" : t.name.substr(dot + 1);
+          bool is_part = false;
+          for (const char* q : kQuantParts) is_part = is_part || part == q;
+          if (!is_part) continue;  // e.g. rotary_emb.inv_freq of old checkpoints
+          c = canonical_tensor_name(t.name.substr(0, dot) + ".weight");
+          if (c.empty()) continue;
+          c += ":" + part;
+        }
         if (!index_.emplace(c, std::make_pair(f, &t)).second)
           fail_model(files_[f].what() + ": tensor '" + t.name + "' appears twice");
       }
+    }
   }
 
-  bool has(const std::string& name) const override { return index_.count(name) != 0; }
+  bool has(const std::string& name) const override {
+    return index_.count(name) != 0 || index_.count(name + ":qweight") != 0;
+  }
+
+  std::string quantized_format(const std::string& name) const override {
+    return !format_.empty() && index_.count(name + ":qweight") ? format_ : "";
+  }
+
+  QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k) override {
+    if (quantized_format(name).empty()) return WeightSource::load_quantized(name, n, k);
+    const int64_t kp = padded_k(format_, k);
+    QuantizedWeight qw(parse_linear_format(format_).weight, n, kp);
+    const Tensor* parts[] = {&qw.q, &qw.scales, &qw.zeros, &qw.group_scales};
+    for (int i = 0; i < 4; ++i) {
+      const Tensor& buf = *parts[i];
+      auto it = index_.find(name + ":" + kQuantParts[i]);
+      if (!buf.defined()) {
+        if (it != index_.end())
+          fail_model("'" + name + "' has a " + kQuantParts[i] + " tensor its format " + format_ + " does not use");
+        continue;
+      }
+      if (it == index_.end()) fail_model("'" + name + "' lacks its " + std::string(kQuantParts[i]) + " tensor");
+      const auto& [f, t] = it->second;
+      std::vector<int64_t> want(buf.view().shape.begin(), buf.view().shape.begin() + buf.view().rank);
+      if (dtype_bits(buf.view().dtype) == 4) want.back() /= 2;  // stored as packed bytes
+      if (t->dtype != stored_dtype(buf.view().dtype) || t->shape != want ||
+          static_cast<int64_t>(t->end - t->begin) != buf.nbytes())
+        fail_model(files_[f].what() + ": '" + t->name + "' is " + t->dtype + " " + shape_str(t->shape) +
+                   ", " + format_ + " with n = " + std::to_string(n) + ", k = " + std::to_string(kp) +
+                   " needs " + stored_dtype(buf.view().dtype) + " " + shape_str(want));
+      std::memcpy(buf.data(), files_[f].data(*t), static_cast<size_t>(buf.nbytes()));
+    }
+    return qw;
+  }
 
   std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
     auto it = index_.find(name);
@@ -101,13 +167,16 @@ class SafetensorsSource final : public WeightSource {
     std::map<std::string, int> counts;
     for (const auto& [c, ft] : index_) ++counts[ft.second->dtype];
     std::string s = "safetensors (" + std::to_string(files_.size()) + " file" +
-                    (files_.size() == 1 ? "" : "s") + "), tensors:";
+                    (files_.size() == 1 ? "" : "s") + ")" +
+                    (format_.empty() ? "" : ", pre-quantized nibble " + format_) + ", tensors:";
     for (const auto& [k, v] : counts) s += " " + k + "×" + std::to_string(v);
     return s;
   }
 
  private:
   std::vector<SafetensorsFile> files_;
+  std::string format_;  // nibble.format of a pre-quantized checkpoint
+  // canonical name (or "name:part" for quantized parts) → (file, tensor)
   std::map<std::string, std::pair<size_t, const SafetensorsTensor*>> index_;
 };
 
@@ -215,6 +284,103 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
 }
 
 }  // namespace
+
+QuantizedWeight WeightSource::load_quantized(const std::string& name, int64_t, int64_t) {
+  fail_model("'" + name + "' is not stored pre-quantized");
+}
+
+std::string hf_tensor_name(const std::string& c) {
+  if (c == "token_embd.weight") return "model.embed_tokens.weight";
+  if (c == "output_norm.weight") return "model.norm.weight";
+  if (c == "output.weight") return "lm_head.weight";
+  static const std::map<std::string, std::string> roles = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+  };
+  if (c.rfind("blk.", 0) != 0) return "";
+  const size_t dot = c.find('.', 4);
+  if (dot == std::string::npos) return "";
+  auto it = roles.find(c.substr(dot + 1));
+  return it == roles.end() ? "" : "model.layers." + c.substr(4, dot - 4) + "." + it->second;
+}
+
+void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
+                             const std::string& dir) {
+  namespace fs = std::filesystem;
+  check_weight_mode(format);
+  if (format == "f32" || format == "bf16")
+    fail_model("a nibble checkpoint needs a quantized format, not " + format);
+  if (head_mode != "f32" && head_mode != "bf16") fail_model("the head format must be f32 or bf16");
+  if (!m.tokenizer) fail_model("the model has no tokenizer to write");
+  const ModelConfig& c = m.config;
+  std::vector<SafetensorsEntry> out;
+  // Norm weights stay f32 (the backends use them in f32); embedding and output in head_mode.
+  auto floats = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    const std::vector<float> w = m.weights->load(name, shape);
+    const bool bf16 = head_mode == "bf16" && shape.size() == 2;
+    SafetensorsEntry e{hf_tensor_name(name), bf16 ? "BF16" : "F32", shape, {}};
+    if (bf16) {
+      e.bytes.resize(w.size() * 2);
+      for (size_t i = 0; i < w.size(); ++i) {
+        const uint16_t h = f32_to_bf16_bits(w[i]);
+        std::memcpy(e.bytes.data() + 2 * i, &h, 2);
+      }
+    } else {
+      e.bytes.resize(w.size() * 4);
+      std::memcpy(e.bytes.data(), w.data(), e.bytes.size());
+    }
+    out.push_back(std::move(e));
+  };
+  auto quantized = [&](const std::string& name, int64_t n, int64_t k) {
+    const auto lin = make_linear(format, m.weights->load(name, {n, k}), n, k, nullptr);
+    const QuantizedWeight& qw = *lin->quantized();
+    const std::string base = hf_tensor_name(name);
+    const std::string stem = base.substr(0, base.size() - 7);  // drop ".weight"
+    const Tensor* parts[] = {&qw.q, &qw.scales, &qw.zeros, &qw.group_scales};
+    for (int i = 0; i < 4; ++i) {
+      const Tensor& buf = *parts[i];
+      if (!buf.defined()) continue;
+      std::vector<int64_t> shape(buf.view().shape.begin(), buf.view().shape.begin() + buf.view().rank);
+      if (dtype_bits(buf.view().dtype) == 4) shape.back() /= 2;
+      const auto* b = static_cast<const uint8_t*>(buf.data());
+      out.push_back({stem + "." + kQuantParts[i], stored_dtype(buf.view().dtype), shape,
+                     std::vector<uint8_t>(b, b + buf.nbytes())});
+    }
+  };
+  const int64_t d = c.dim, hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+  floats("token_embd.weight", {c.vocab_size, d});
+  floats("output_norm.weight", {d});
+  if (!c.tied_embeddings) floats("output.weight", {c.vocab_size, d});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    floats(p + "attn_norm.weight", {d});
+    floats(p + "ffn_norm.weight", {d});
+    quantized(p + "attn_q.weight", qd, d);
+    quantized(p + "attn_k.weight", kvd, d);
+    quantized(p + "attn_v.weight", kvd, d);
+    quantized(p + "attn_output.weight", d, qd);
+    quantized(p + "ffn_gate.weight", c.ffn_dim, d);
+    quantized(p + "ffn_up.weight", c.ffn_dim, d);
+    quantized(p + "ffn_down.weight", d, c.ffn_dim);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail_model(dir + ": cannot create the directory", ErrorCode::io_error);
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out,
+                    {{"nibble.format", format}, {"nibble.version", build_info().version},
+                     {"nibble.source", m.path}});
+  auto write_text = [&](const char* file, const std::string& text) {
+    std::ofstream f(fs::path(dir) / file, std::ios::binary);
+    f << text;
+    if (!f) fail_model(dir + "/" + file + ": cannot write", ErrorCode::io_error);
+  };
+  write_text("config.json", c.to_hf_json(m.tokenizer->bos_id(), m.tokenizer->eos_id()));
+  write_text("tokenizer.json", m.tokenizer->to_hf_json());
+}
 
 void unpermute_gguf_qk(std::vector<float>& w, int64_t heads, int64_t head_dim, int64_t k) {
   if (static_cast<int64_t>(w.size()) != heads * head_dim * k)

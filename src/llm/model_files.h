@@ -30,6 +30,7 @@
 
 #include "llm/config.h"
 #include "llm/tokenizer.h"
+#include "nibble/tensor.h"
 
 namespace nibble::llm {
 
@@ -43,6 +44,15 @@ class WeightSource {
   virtual bool has(const std::string& name) const = 0;
   /// The stored form of the weights, e.g. "GGUF Q4_1 (210 tensors), Q8_0 (1), F32 (61)".
   virtual std::string describe() const = 0;
+  /// The nibble linear format in which a pre-quantized checkpoint stores `name`; "" when the
+  /// source holds it as floats (every source but a nibble checkpoint).
+  virtual std::string quantized_format(const std::string& name) const {
+    (void)name;
+    return "";
+  }
+  /// The stored weights of a pre-quantized `name` (n, padded_k(format, k)), checked against
+  /// the format's buffer shapes and dtypes.
+  virtual QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k);
 };
 
 struct ModelFiles {
@@ -63,6 +73,17 @@ ModelFiles random_model(const ModelConfig& config, uint64_t seed);
 
 /// The canonical (GGUF) name of a Hugging Face Llama tensor name, or "" when it is not one.
 std::string canonical_tensor_name(const std::string& hf_name);
+/// The inverse: the Hugging Face name of a canonical one ("" when it is not one).
+std::string hf_tensor_name(const std::string& canonical);
+
+/// Writes a pre-quantized nibble checkpoint of `m` into directory `dir` (created): config.json,
+/// tokenizer.json and model.safetensors. The seven linears of every block are quantized to
+/// the nibble linear format `format` exactly as the runner quantizes at load (round to
+/// nearest, K padded to the group) and stored as <hf name>.qweight / .scales / .zeros /
+/// .group_scales (4-bit values as U8 bytes, two per byte); the embedding and output are stored
+/// in `head_mode` (BF16 or F32), the norms in F32. Metadata: nibble.format, nibble.version.
+void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
+                             const std::string& dir);
 
 /// Undoes llama.cpp's Q/K row permutation in place: rows (N = heads·hd, K) in GGUF order →
 /// Hugging Face order, head by head: hf[h·hd + j·hd/2 + i] = gguf[h·hd + 2i + j].

@@ -1,7 +1,6 @@
 #include "llm/safetensors.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -19,23 +18,7 @@ namespace {
   detail::fail(code, "nibble::llm::SafetensorsFile: " + what + ": " + msg);
 }
 
-// Appends a JSON string literal (the writer's names and metadata are arbitrary UTF-8).
-void json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
+void json_string(std::string& out, const std::string& s) { out += json_quote(s); }
 
 }  // namespace
 

@@ -775,6 +775,65 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
   return out;
 }
 
+std::string Tokenizer::to_hf_json() const {
+  if (model_ == Model::sentencepiece)
+    fail_tok("a SentencePiece (score) vocabulary cannot be written as a BPE tokenizer.json",
+             ErrorCode::unsupported);
+  const bool byte_level = model_ == Model::byte_bpe;
+  std::string s = "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[";
+  bool first = true;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (!special_[i]) continue;
+    s += first ? "" : ",";
+    first = false;
+    s += "{\"id\":" + std::to_string(i) + ",\"content\":" + json_quote(tokens_[i]) +
+         ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,"
+         "\"special\":true}";
+  }
+  s += "],";
+  const std::string space = json_quote(kSpmSpace);
+  if (byte_level) {
+    s += "\"normalizer\":null,\"pre_tokenizer\":";
+    const std::string bl = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}";
+    s += pre_split_ == PreSplit::gpt2_digits
+             ? "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true}," + bl + "]}"
+             : bl;
+    s += ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},";
+  } else {
+    s += "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[";
+    if (add_space_prefix_) s += "{\"type\":\"Prepend\",\"prepend\":" + space + "},";
+    s += "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":" + space + "}]},";
+    s += "\"pre_tokenizer\":null,\"decoder\":null,";
+  }
+  if (add_bos()) {
+    const std::string bos = json_quote(tokens_[static_cast<size_t>(bos_id_)]);
+    s += "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":" + bos +
+         ",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{\"SpecialToken\":{\"id\":" +
+         bos + ",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}],"
+         "\"special_tokens\":{" + bos + ":{\"id\":" + bos + ",\"ids\":[" + std::to_string(bos_id_) + "],\"tokens\":[" + bos + "]}}},";
+  } else {
+    s += "\"post_processor\":null,";
+  }
+  s += "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":";
+  s += unk_id_ >= 0 && !byte_level ? json_quote(tokens_[static_cast<size_t>(unk_id_)]) : "null";
+  s += ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":";
+  s += byte_level ? "false" : "true";
+  s += ",\"vocab\":{";
+  first = true;
+  std::unordered_map<std::string, int> seen;  // a duplicate text keeps its first id
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (tokens_[i].empty() || !seen.emplace(tokens_[i], 1).second) continue;
+    s += first ? "" : ",";
+    first = false;
+    s += json_quote(tokens_[i]) + ":" + std::to_string(i);
+  }
+  s += "},\"merges\":[";
+  for (size_t r = 0; r < merge_pairs_.size(); ++r)
+    s += (r ? ",[" : "[") + json_quote(merge_pairs_[r].first) + "," + json_quote(merge_pairs_[r].second) + "]";
+  s += "]}}\n";
+  return s;
+}
+
 std::string Tokenizer::describe() const {
   const char* m = model_ == Model::byte_bpe ? "byte-level BPE"
                   : model_ == Model::char_bpe ? "BPE with byte fallback"

@@ -58,6 +58,10 @@ class Tokenizer {
   PreSplit pre_split() const { return pre_split_; }
   std::string describe() const;  ///< one line for `nibble info`
 
+  /// The tokenizer as a Hugging Face tokenizer.json (BPE models; a SentencePiece-score model
+  /// has no BPE form and throws unsupported). from_hf_json() of it gives the same ids.
+  std::string to_hf_json() const;
+
   /// For loaders: ids from a config file (tokenizer.json carries no BOS/EOS of its own).
   void set_bos_eos(int32_t bos, int32_t eos, bool add_bos);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "llm/gguf.h"
 #include "llm/model_files.h"
 #include "llm/runner.h"
+#include "llm/tokenizer.h"
 #include "nibble/status.h"
 #include "test_llm_util.h"
 
@@ -369,6 +371,56 @@ TEST(LlmRunner, PerplexityIsTheMeanNegativeLogLikelihood) {
   EXPECT_EQ(perplexity(*be, text, 16, 1).scored, 14 + 14 + 9);
   EXPECT_THROW(perplexity(*be, text, 1, -1), Error);
   EXPECT_THROW(perplexity(*be, text, 65, -1), Error);
+}
+
+TEST(LlmCheckpoint, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
+  const std::string dir = testing::TempDir() + "nibble_ckpt_test";
+  for (const char* fmt : {"w4a8_g128", "w8a8", "w4a16_g128_asym", "w4a8_g128_2level"}) {
+    ModelFiles m = random_model(tiny_config(), 7);
+    m.tokenizer = Tokenizer::from_hf_json(
+        R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [{"id": 2, "content": "<s>"}],
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "<s>": 2}, "merges": []}})", "tiny");
+    write_nibble_checkpoint(m, fmt, "bf16", dir);
+    ModelFiles q = open_model(dir);
+    EXPECT_EQ(q.weights->quantized_format("blk.1.ffn_down.weight"), fmt);
+    EXPECT_EQ(q.weights->quantized_format("token_embd.weight"), "");
+    EXPECT_EQ(q.config.n_params(), tiny_config().n_params());
+    ASSERT_TRUE(q.tokenizer.has_value());
+    EXPECT_EQ(q.tokenizer->encode("ab<s>"), (std::vector<int32_t>{0, 1, 2}));
+    BackendOptions o;
+    o.strategy = {fmt, fmt};
+    auto from_ckpt = make_backend("cpu", q, o);
+    std::vector<float> a, b;
+    from_ckpt->forward(kPrompt, 0, true, a);
+    tiny_backend(fmt)->forward(kPrompt, 0, true, b);
+    EXPECT_EQ(a, b) << fmt;  // the same weights, bit for bit
+    // Another format than the stored one is refused with the reason.
+    ModelFiles q2 = open_model(dir);
+    o.strategy = {"bf16", "bf16"};
+    try {
+      make_backend("cpu", q2, o);
+      ADD_FAILURE() << "ran a " << fmt << " checkpoint as bf16";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("pre-quantized"), std::string::npos) << e.what();
+    }
+  }
+  ModelFiles m = random_model(tiny_config(), 7);
+  EXPECT_THROW(write_nibble_checkpoint(m, "w4a8_g128", "bf16", dir), Error);  // no tokenizer
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LlmCheckpoint, TokenizerJsonRoundTrip) {
+  const std::string json =
+      R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},
+          {"type": "ByteLevel"}]}, "added_tokens": [{"id": 3, "content": "<|x|>", "special": true}],
+          "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "<|x|>": 3}, "merges": ["a b"]}})";
+  const Tokenizer t = Tokenizer::from_hf_json(json, "t");
+  const Tokenizer u = Tokenizer::from_hf_json(t.to_hf_json(), "round trip");
+  EXPECT_EQ(u.encode("abab<|x|>a"), t.encode("abab<|x|>a"));
+  EXPECT_EQ(u.encode("abab<|x|>a"), (std::vector<int32_t>{2, 2, 3, 0}));
+  EXPECT_EQ(u.pre_split(), Tokenizer::PreSplit::gpt2_digits);
+  const ModelConfig c = ModelConfig::from_hf_json(tiny_config().to_hf_json(1, 2), "config");
+  EXPECT_EQ(c.describe(), tiny_config().describe());
 }
 
 // ---- the real model ----------------------------------------------------------------------------

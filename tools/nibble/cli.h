@@ -28,5 +28,6 @@ int run_model_info(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_perplexity(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
+int run_quantize_model(int argc, char** argv);
 
 }  // namespace nibble::cli

@@ -68,6 +68,13 @@ ModelFiles open(const Invocation& inv) {
   return llm::open_model(inv.model);
 }
 
+// The format to run: --format, else a pre-quantized checkpoint's own, else bf16.
+std::string default_format(const Args& a, const ModelFiles& m) {
+  if (a.has("format")) return a.get("format", "bf16");
+  const std::string stored = m.weights->quantized_format("blk.0.attn_q.weight");
+  return stored.empty() ? "bf16" : stored;
+}
+
 // The weight strategy: --format FMT for everything, or --prefill-format / --decode-format.
 llm::LinearStrategy strategy_for(const Args& a, const std::string& format) {
   llm::LinearStrategy s;
@@ -152,7 +159,7 @@ int run_model_info(int argc, char** argv) {
   std::printf("\n");
   if (m.tokenizer) std::printf("tokenizer: %s\n", m.tokenizer->describe().c_str());
   if (inv.args.has("load")) {  // also build the backend, to report its memory
-    const std::string format = inv.args.get("format", "bf16");
+    const std::string format = default_format(inv.args, m);
     auto be = llm::make_backend(inv.args.get("device", "cpu"), m, backend_options(inv.args, format));
     const auto mem = be->memory();
     std::printf("%s", be->describe().c_str());
@@ -167,7 +174,8 @@ int run_generate(int argc, char** argv) {
                                {"prompt", "prompt-ids", "prompt-len", "n", "temperature", "top-k",
                                 "top-p", "chat", "ids", "dump-logits", "no-stop", "quiet"});
   const Args& a = inv.args;
-  const auto formats = split_list(a.get("format", "bf16"));
+  std::vector<std::string> formats = split_list(a.get("format", ""));
+  if (!a.has("format")) formats = {default_format(a, open(inv))};
   if (formats.empty()) usage_error("generate", "--format needs a value");
   if (formats.size() > 1 && (a.has("prefill-format") || a.has("decode-format")))
     usage_error("generate", "a list of formats cannot be combined with --prefill-format/--decode-format");
@@ -264,13 +272,27 @@ int run_tokenize(int argc, char** argv) {
   return 0;
 }
 
+int run_quantize_model(int argc, char** argv) {
+  const Invocation inv = parse("quantize-model", argc, argv, {"out"});
+  const Args& a = inv.args;
+  if (!a.has("out") || !a.has("format")) usage_error("quantize-model", "--format FMT and --out DIR are required");
+  ModelFiles m = open(inv);
+  const std::string format = a.get("format", "");
+  const auto t0 = std::chrono::steady_clock::now();
+  llm::write_nibble_checkpoint(m, format, a.get("head-format", "bf16"), a.get("out", ""));
+  std::printf("wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s in %.1f s\n",
+              a.get("out", "").c_str(), m.config.name.c_str(), format.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return 0;
+}
+
 int run_perplexity(int argc, char** argv) {
   const Invocation inv = parse("perplexity", argc, argv, {"text", "ctx", "max-tokens", "quiet"});
   const Args& a = inv.args;
   if (!a.has("text")) usage_error("perplexity", "--text FILE is required");
   if (a.has("random-weights")) usage_error("perplexity", "perplexity needs a trained model, not --random-weights");
-  const std::string format = a.get("format", "bf16");
   ModelFiles m = open(inv);
+  const std::string format = default_format(a, m);
   if (!m.tokenizer) usage_error("perplexity", "the model has no tokenizer");
   const std::string text = llm::read_text_file(a.get("text", ""), "nibble perplexity");
   std::vector<int32_t> tokens = m.tokenizer->encode(text, false);

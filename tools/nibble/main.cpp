@@ -169,6 +169,9 @@ void usage() {
       "                       perplexity of a text in non-overlapping windows\n"
       "  tokenize MODEL (--text TEXT | --file FILE) [--no-bos]\n"
       "                       the token ids of a text, comma-separated\n"
+      "  quantize-model MODEL --format FMT --out DIR [--head-format bf16|f32]\n"
+      "                       write a pre-quantized nibble checkpoint (safetensors + config.json\n"
+      "                       + tokenizer.json) that generate/perplexity load without requantizing\n"
       "  formats              the format catalogue with effective bits per weight\n"
       "  demo [--device cpu|cuda] [--m 16] [--n 4096] [--k 4096] [--formats a,b,...]\n"
       "       [--seed S] [--reps R]\n"
@@ -196,6 +199,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return run_generate(argc, argv);
     if (cmd == "perplexity") return run_perplexity(argc, argv);
     if (cmd == "tokenize") return run_tokenize(argc, argv);
+    if (cmd == "quantize-model") return run_quantize_model(argc, argv);
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);
     if (cmd == "layout") return run_layout(parse_args(argc, argv, 2, {"print"}));
