@@ -416,7 +416,7 @@ Tokenizer Tokenizer::from_hf_json(std::string_view json_text, const std::string&
   if (merges == nullptr || !merges->is_array()) bad("model.merges is not an array");
   Tokenizer t;
   // Ids may come in any order and added tokens may extend the vocabulary: size by the largest.
-  constexpr int64_t kMaxVocab = int64_t{1} << 24;
+  constexpr int64_t kMaxVocab = int64_t{1} << 22;  // ModelConfig's bound on vocab_size
   auto place = [&](int64_t id, const std::string& text) {
     if (id < 0 || id >= kMaxVocab) bad("token id " + std::to_string(id) + " is out of range");
     if (static_cast<size_t>(id) >= t.tokens_.size()) t.tokens_.resize(static_cast<size_t>(id) + 1);
@@ -761,10 +761,16 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
       }
       continue;
     }
-    if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') {  // a byte token
-      const unsigned v = static_cast<unsigned>(std::stoul(t.substr(3, 2), nullptr, 16));
-      out += static_cast<char>(v);
-      continue;
+    if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') {  // a byte token <0xXX>
+      auto hex = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                              : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      };
+      const int hi = hex(t[3]), lo = hex(t[4]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        continue;
+      }
     }
     out += replace_all(t, kSpmSpace, " ");
   }

@@ -68,11 +68,10 @@ std::string byte_level_json(bool merges_as_pairs, const std::string& pre) {
   std::string vocab;
   int id = 0;
   // The printable characters GPT-2 maps bytes to, in byte order; 'Ġ' (U+0120) is the space.
+  uint32_t extra = 0;  // non-printable bytes map to U+0100, U+0101, ... in byte order
   for (int b = 0; b < 256; ++b) {
     const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    static int extra = 0;
-    if (b == 0) extra = 0;
-    const uint32_t cp = printable ? static_cast<uint32_t>(b) : 256u + static_cast<uint32_t>(extra++);
+    const uint32_t cp = printable ? static_cast<uint32_t>(b) : 256u + extra++;
     if (id > 0) vocab += ',';
     vocab += '"';
     if (cp == '"' || cp == '\\') vocab += '\\';

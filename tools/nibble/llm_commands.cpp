@@ -3,6 +3,7 @@
 // and prints).
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -94,6 +95,16 @@ BackendOptions backend_options(const Args& a, const std::string& format) {
   return o;
 }
 
+double get_double(const Args& a, const std::string& name, double fallback) {
+  if (!a.has(name)) return fallback;
+  const std::string v = a.get(name, "");
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0')
+    throw Error(ErrorCode::invalid_argument, "nibble: option --" + name + " needs a number, got '" + v + "'");
+  return d;
+}
+
 std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
   std::vector<int32_t> ids;
   for (const auto& w : split_list(s)) {
@@ -181,9 +192,9 @@ int run_generate(int argc, char** argv) {
     usage_error("generate", "a list of formats cannot be combined with --prefill-format/--decode-format");
   const int64_t n_new = a.get_int("n", 32);
   llm::SamplingOptions so;
-  so.temperature = std::stod(a.get("temperature", "0"));
+  so.temperature = get_double(a, "temperature", 0.0);
   so.top_k = a.get_int("top-k", 0);
-  so.top_p = std::stod(a.get("top-p", "1"));
+  so.top_p = get_double(a, "top-p", 1.0);
   so.seed = static_cast<uint64_t>(a.get_int("seed", 0));
   const bool quiet = a.has("quiet");
 
