@@ -241,7 +241,9 @@ int run_generate(int argc, char** argv) {
     }
     TextStream stream(quiet || formats.size() > 1 ? nullptr : tok);
     if (tok != nullptr && !quiet && formats.size() == 1) {
-      std::printf("%s", tok->decode(prompt, true).c_str());
+      // The prompt, then the continuation; a chat shows the question, not its template.
+      if (a.has("chat")) std::printf("> %s\n", a.get("prompt", "").c_str());
+      else std::printf("%s", tok->decode(prompt, true).c_str());
       std::fflush(stdout);
     }
     auto stop = [&](int32_t id) { return tok != nullptr && !a.has("no-stop") && tok->is_end_of_generation(id); };
