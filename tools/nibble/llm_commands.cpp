@@ -242,7 +242,7 @@ int run_generate(int argc, char** argv) {
     TextStream stream(quiet || formats.size() > 1 ? nullptr : tok);
     if (tok != nullptr && !quiet && formats.size() == 1) {
       // The prompt, then the continuation; a chat shows the question, not its template.
-      if (a.has("chat")) std::printf("> %s\n", a.get("prompt", "").c_str());
+      if (a.has("chat")) std::printf("> %s\n", a.get("prompt", "Once upon a time,").c_str());
       else std::printf("%s", tok->decode(prompt, true).c_str());
       std::fflush(stdout);
     }
