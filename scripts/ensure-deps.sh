@@ -16,14 +16,14 @@ command -v cmake > /dev/null || need+=(cmake)
 command -v ninja > /dev/null || need+=(ninja-build)
 command -v g++ > /dev/null || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
-if [ $python -eq 1 ]; then
-  command -v python3 > /dev/null || need+=(python3)
-  if command -v python3 > /dev/null; then
-    python3 -c 'import os, sys, sysconfig
+# The LLM runner's end-to-end tests: Python with venv + pip (the reference check installs numpy,
+# gguf and tokenizers from PyPI into a venv of the build tree).
+command -v python3 > /dev/null || need+=(python3)
+python3 -c "import venv, ensurepip" 2> /dev/null || need+=(python3-venv)
+if [ $python -eq 1 ] && command -v python3 > /dev/null; then
+  python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
-      need+=(python3-dev)
-    python3 -c 'import ensurepip, venv' 2> /dev/null || need+=(python3-venv)
-  fi
+    need+=(python3-dev)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "nibble: installing ${need[*]}" >&2

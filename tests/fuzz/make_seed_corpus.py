@@ -1,11 +1,23 @@
 #!/usr/bin/env python3
-"""Writes the GGUF fuzzing seed corpus (tests/fuzz/corpus/gguf/): a small valid file with one
-tensor of each supported type and a few metadata kinds, mirroring tests/cpp/test_gguf.cpp."""
+"""Writes the fuzzing seed corpora under tests/fuzz/corpus/: gguf/ (a small valid file with one
+tensor of each supported type and a few metadata kinds, mirroring tests/cpp/test_gguf.cpp),
+safetensors/ (a valid file with F32/F16/BF16/I8 tensors and metadata) and hf_json/ (a tiny
+byte-level tokenizer.json and a config.json)."""
+import json
 import os
 import struct
 
-out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "gguf")
-os.makedirs(out, exist_ok=True)
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(sub, name, data):
+    os.makedirs(os.path.join(root, sub), exist_ok=True)
+    with open(os.path.join(root, sub, name), "wb") as f:
+        f.write(data)
+    print(f"wrote {len(data)} bytes to {sub}/{name}")
+
+
+# ---- GGUF ----
 b = bytearray()
 
 
@@ -31,6 +43,43 @@ align(); b += struct.pack("<ee", 0.5, -3.0)
 align(); b += struct.pack("<e", 0.25) + bytes((j - 16) & 0xFF for j in range(32))
 align(); b += struct.pack("<e", 2.0) + bytes(j | ((15 - j) << 4) for j in range(16))
 align(); b += struct.pack("<ee", 0.5, -1.0) + bytes(j | ((15 - j) << 4) for j in range(16))
-with open(os.path.join(out, "sample.gguf"), "wb") as f:
-    f.write(b)
-print(f"wrote {len(b)} bytes to {out}/sample.gguf")
+write("gguf", "sample.gguf", bytes(b))
+
+# ---- safetensors ----
+tensors = [("a", "F32", [2, 3], struct.pack("<6f", 1, -2, 3.5, 0, 1e-3, -7)),
+           ("b", "F16", [2], struct.pack("<2e", 0.5, -3)),
+           ("c", "BF16", [2], bytes([0x00, 0x40, 0x80, 0xBE])),
+           ("q", "I8", [4], bytes([1, 0xFE, 3, 0xFC]))]
+header, off = {"__metadata__": {"format": "pt"}}, 0
+for name, dt, shape, data in tensors:
+    header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(data)]}
+    off += len(data)
+h = json.dumps(header).encode()
+h += b" " * (-(8 + len(h)) % 8)
+write("safetensors", "sample.safetensors",
+      struct.pack("<Q", len(h)) + h + b"".join(t[3] for t in tensors))
+
+# ---- Hugging Face JSON ----
+def byte_chars():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for x in range(256):
+        if x not in bs:
+            bs.append(x); cs.append(256 + n); n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+vocab = {c: i for i, c in enumerate(byte_chars())}
+vocab.update({"Ġt": 256, "he": 257, "Ġthe": 258})
+tok = {"added_tokens": [{"id": 259, "content": "<|end|>", "special": True}],
+       "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+           {"type": "Digits", "individual_digits": True},
+           {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]},
+       "post_processor": None,
+       "model": {"type": "BPE", "vocab": vocab, "merges": [["Ġ", "t"], ["h", "e"], ["Ġt", "he"]]}}
+write("hf_json", "tokenizer.json", json.dumps(tok, ensure_ascii=False).encode())
+cfg = {"model_type": "llama", "vocab_size": 260, "hidden_size": 64, "num_hidden_layers": 2,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+       "max_position_embeddings": 256, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+       "tie_word_embeddings": True, "hidden_act": "silu", "rope_scaling": None}
+write("hf_json", "config.json", json.dumps(cfg).encode())

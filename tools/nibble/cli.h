@@ -23,4 +23,11 @@ std::vector<std::string> split_list(const std::string& s);
 
 int run_demo(const Args& args);
 
+// The LLM runner (llm_commands.cpp): argv[2] is the model path.
+int run_model_info(int argc, char** argv);
+int run_generate(int argc, char** argv);
+int run_perplexity(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
+int run_quantize_model(int argc, char** argv);
+
 }  // namespace nibble::cli

@@ -1,4 +1,5 @@
-// nibble — command-line entry point: `nibble info`, `nibble formats`, `nibble demo`.
+// nibble — command-line entry point: `nibble info`, `nibble formats`, `nibble demo`, and the
+// LLM runner's `nibble info MODEL`, `nibble generate`, `nibble perplexity`.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -156,6 +157,21 @@ void usage() {
   std::printf(
       "usage: nibble <command> [options]\n"
       "  info                 build, compiled CUDA archs, GPUs found\n"
+      "  info MODEL [--load [--format FMT]]\n"
+      "                       a model's config, weights and tokenizer (.gguf or HF directory)\n"
+      "  generate MODEL [--prompt TEXT | --prompt-ids 1,2,...] [-n 32] [--chat]\n"
+      "       [--format bf16|f32|w4a8_pc|w4a8_g128|w8a8|w4a16_g128|...[,more]]\n"
+      "       [--prefill-format F --decode-format F] [--device cpu|cuda] [--temperature T]\n"
+      "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx-size N] [--ids]\n"
+      "       [--random-weights --arch llama3-8b|smollm2-135m [--layers L]]\n"
+      "                       generate text; prints TTFT, decode tokens/s, sizes, memory\n"
+      "  perplexity MODEL --text FILE [--format FMT] [--ctx 512] [--max-tokens N]\n"
+      "                       perplexity of a text in non-overlapping windows\n"
+      "  tokenize MODEL (--text TEXT | --file FILE) [--no-bos]\n"
+      "                       the token ids of a text, comma-separated\n"
+      "  quantize-model MODEL --format FMT --out DIR [--head-format bf16|f32]\n"
+      "                       write a pre-quantized nibble checkpoint (safetensors + config.json\n"
+      "                       + tokenizer.json) that generate/perplexity load without requantizing\n"
       "  formats              the format catalogue with effective bits per weight\n"
       "  demo [--device cpu|cuda] [--m 16] [--n 4096] [--k 4096] [--formats a,b,...]\n"
       "       [--seed S] [--reps R]\n"
@@ -179,7 +195,11 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   try {
-    if (cmd == "info") return run_info();
+    if (cmd == "info") return argc > 2 ? run_model_info(argc, argv) : run_info();
+    if (cmd == "generate") return run_generate(argc, argv);
+    if (cmd == "perplexity") return run_perplexity(argc, argv);
+    if (cmd == "tokenize") return run_tokenize(argc, argv);
+    if (cmd == "quantize-model") return run_quantize_model(argc, argv);
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);
     if (cmd == "layout") return run_layout(parse_args(argc, argv, 2, {"print"}));

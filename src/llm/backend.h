@@ -1,0 +1,70 @@
+// The seam between the runner (tokenizing, sampling, timing, perplexity: runner.h) and the
+// hardware that computes the model. A Backend owns the weights in its own form (bf16, nibble
+// formats, packed for a kernel) and the KV cache, and computes logits for a run of tokens.
+//
+// The CPU backend (cpu_backend.cpp) is the slow, exact one that CI runs end to end. A CUDA
+// backend plugs in behind the same interface: make_backend() picks it for device "cuda"; it
+// would pull the weights tensor by tensor from the WeightSource (quantize, pack_weight, upload,
+// drop the host copy), keep the KV cache on the GPU, and capture the one-token decode step as
+// a CUDA graph at construction (the position and the token index come from device memory, so
+// one graph replays for every step). See docs/runner.md, "Adding the GPU backend".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "llm/config.h"
+#include "llm/linear.h"
+
+namespace nibble::llm {
+
+struct ModelFiles;
+
+struct BackendOptions {
+  /// Modes of the seven linear layers of every block (linear.h).
+  LinearStrategy strategy;
+  /// Mode of the embedding table and the output projection: "bf16" or "f32". They stay out of
+  /// the low-bit formats, as in most W4 deployments (the output layer is the most sensitive).
+  std::string head_mode = "bf16";
+  /// KV-cache length in tokens; 0 means min(model context, 4096).
+  int64_t max_context = 0;
+  /// CPU threads; 0 means all hardware threads.
+  int threads = 0;
+  /// Run only the first `max_layers` blocks (0: all) — for 8B-shaped runs on a small machine.
+  int64_t max_layers = 0;
+};
+
+struct MemoryReport {
+  int64_t resident_weight_bytes = 0;  ///< every weight held, in its stored form
+  int64_t decode_weight_bytes = 0;    ///< weights read to generate one token
+  int64_t kv_cache_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string device() const = 0;  ///< "cpu", "cuda:0"
+  virtual const ModelConfig& config() const = 0;
+  /// Layers actually run (config().n_layers unless BackendOptions::max_layers cut it).
+  virtual int64_t n_layers() const = 0;
+  virtual int64_t max_context() const = 0;
+
+  /// Runs tokens at positions [pos, pos + tokens.size()) — the cache must already hold every
+  /// position below pos, and positions from pos on are overwritten — and writes the logits:
+  /// of every token, (n, vocab) row-major, when `all_logits`, else of the last one (vocab).
+  virtual void forward(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
+                       std::vector<float>& logits) = 0;
+  virtual MemoryReport memory() const = 0;
+  /// A line per kind of layer: its mode and bytes (for `nibble info` and reports).
+  virtual std::string describe() const = 0;
+};
+
+/// A backend for `device` ("cpu"; "cuda" reports that it is not implemented yet), loading the
+/// weights from `files.weights` tensor by tensor.
+std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& files,
+                                      const BackendOptions& options);
+
+}  // namespace nibble::llm

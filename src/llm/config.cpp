@@ -1,0 +1,189 @@
+#include "llm/config.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "common/check.h"
+#include "llm/gguf.h"
+#include "llm/json.h"
+
+namespace nibble::llm {
+
+namespace {
+
+[[noreturn]] void fail_cfg(const std::string& what, const std::string& msg,
+                           ErrorCode code = ErrorCode::invalid_argument) {
+  detail::fail(code, "nibble::llm::ModelConfig: " + what + ": " + msg);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
+  const std::string arch = g.get_string("general.architecture");
+  if (arch != "llama")
+    fail_cfg("GGUF", "general.architecture is '" + arch + "'; only 'llama' is supported",
+             ErrorCode::unsupported);
+  const auto& md = g.metadata();
+  auto u = [&](const std::string& key) { return static_cast<int64_t>(g.get_uint("llama." + key)); };
+  ModelConfig c;
+  if (md.count("general.name")) c.name = g.get_string("general.name");
+  c.dim = u("embedding_length");
+  c.n_layers = u("block_count");
+  c.n_heads = u("attention.head_count");
+  c.n_kv_heads = md.count("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.n_heads;
+  c.ffn_dim = u("feed_forward_length");
+  c.max_context = u("context_length");
+  c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  if (md.count("llama.attention.key_length")) c.head_dim = u("attention.key_length");
+  if (md.count("llama.rope.dimension_count") && u("rope.dimension_count") != c.head_dim)
+    fail_cfg("GGUF", "partial rotary embeddings (rope.dimension_count != head size) are not supported",
+             ErrorCode::unsupported);
+  if (md.count("llama.rope.freq_base")) c.rope_theta = g.get_float("llama.rope.freq_base");
+  c.norm_eps = g.get_float("llama.attention.layer_norm_rms_epsilon");
+  if (md.count("llama.rope.scaling.type")) {
+    const std::string s = g.get_string("llama.rope.scaling.type");
+    if (s != "none") fail_cfg("GGUF", "RoPE scaling '" + s + "' is not supported", ErrorCode::unsupported);
+  }
+  // The vocabulary size: the metadata key when present, else the embedding's rows.
+  const GgufTensorInfo& emb = g.tensor("token_embd.weight");
+  if (emb.dims.size() != 2) fail_cfg("GGUF", "token_embd.weight is not a matrix");
+  c.vocab_size = static_cast<int64_t>(emb.dims[1]);
+  if (md.count("llama.vocab_size") && u("vocab_size") != c.vocab_size)
+    fail_cfg("GGUF", "llama.vocab_size disagrees with token_embd.weight");
+  bool has_output = false;
+  for (const auto& t : g.tensors()) has_output = has_output || t.name == "output.weight";
+  c.tied_embeddings = !has_output;
+  c.validate("GGUF");
+  return c;
+}
+
+ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::string& what) {
+  const Json j = Json::parse(json_text, what);
+  if (!j.is_object()) fail_cfg(what, "not a JSON object");
+  auto get = [&](const char* key) -> const Json* { return j.find(key); };
+  auto req_int = [&](const char* key) -> int64_t {
+    const Json* v = get(key);
+    if (v == nullptr) fail_cfg(what, std::string("the key '") + key + "' is missing");
+    if (!v->is_int()) fail_cfg(what, std::string("'") + key + "' is not an integer");
+    return v->integer();
+  };
+  auto opt_num = [&](const char* key, double fallback) -> double {
+    const Json* v = get(key);
+    if (v == nullptr || v->is_null()) return fallback;
+    if (!v->is_number()) fail_cfg(what, std::string("'") + key + "' is not a number");
+    return v->number();
+  };
+  if (const Json* mt = get("model_type"); mt != nullptr) {
+    if (!mt->is_string()) fail_cfg(what, "'model_type' is not a string");
+    const std::string& t = mt->string();
+    if (t != "llama" && t != "mistral")
+      fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder", ErrorCode::unsupported);
+  }
+  if (const Json* rs = get("rope_scaling"); rs != nullptr && !rs->is_null())
+    fail_cfg(what, "rope_scaling is not supported", ErrorCode::unsupported);
+  for (const char* key : {"attention_bias", "mlp_bias"})
+    if (const Json* b = get(key); b != nullptr && b->is_bool() && b->boolean())
+      fail_cfg(what, std::string(key) + " = true is not supported (no bias terms)", ErrorCode::unsupported);
+  if (const Json* act = get("hidden_act"); act != nullptr && (!act->is_string() || act->string() != "silu"))
+    fail_cfg(what, "hidden_act must be \"silu\"", ErrorCode::unsupported);
+  ModelConfig c;
+  if (const Json* n = get("_name_or_path"); n != nullptr && n->is_string()) c.name = n->string();
+  c.vocab_size = req_int("vocab_size");
+  c.dim = req_int("hidden_size");
+  c.n_layers = req_int("num_hidden_layers");
+  c.n_heads = req_int("num_attention_heads");
+  c.n_kv_heads = get("num_key_value_heads") != nullptr ? req_int("num_key_value_heads") : c.n_heads;
+  c.ffn_dim = req_int("intermediate_size");
+  c.max_context = get("max_position_embeddings") != nullptr ? req_int("max_position_embeddings") : 2048;
+  c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
+  if (const Json* hd = get("head_dim"); hd != nullptr && !hd->is_null()) c.head_dim = req_int("head_dim");
+  c.rope_theta = opt_num("rope_theta", 10000.0);
+  c.norm_eps = opt_num("rms_norm_eps", 1e-6);
+  if (const Json* t = get("tie_word_embeddings"); t != nullptr) {
+    if (!t->is_bool()) fail_cfg(what, "'tie_word_embeddings' is not a boolean");
+    c.tied_embeddings = t->boolean();
+  }
+  c.validate(what);
+  return c;
+}
+
+ModelConfig ModelConfig::preset(const std::string& arch) {
+  ModelConfig c;
+  if (arch == "llama3-8b") {  // Meta-Llama-3-8B config.json
+    c = {"Llama-3-8B architecture (random weights)", 128256, 4096, 32, 32, 8, 128, 14336, 8192,
+         500000.0, 1e-5, false};
+  } else if (arch == "smollm2-135m") {  // SmolLM2-135M config.json
+    c = {"SmolLM2-135M architecture (random weights)", 49152, 576, 30, 9, 3, 64, 1536, 8192,
+         100000.0, 1e-5, true};
+  } else {
+    fail_cfg("preset", "unknown architecture '" + arch + "' (llama3-8b, smollm2-135m)");
+  }
+  c.validate(arch);
+  return c;
+}
+
+void ModelConfig::validate(const std::string& what) const {
+  auto in = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi)
+      fail_cfg(what, std::string(field) + " = " + std::to_string(v) + " is outside [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  in("vocab_size", vocab_size, 1, int64_t{1} << 22);
+  in("dim", dim, 2, 1 << 16);
+  in("n_layers", n_layers, 1, 1024);
+  in("n_heads", n_heads, 1, 1024);
+  in("n_kv_heads", n_kv_heads, 1, n_heads);
+  in("head_dim", head_dim, 2, 1024);
+  in("ffn_dim", ffn_dim, 1, 1 << 20);
+  in("max_context", max_context, 1, 1 << 24);
+  if (n_heads % n_kv_heads != 0)
+    fail_cfg(what, "n_heads (" + std::to_string(n_heads) + ") is not a multiple of n_kv_heads (" +
+                       std::to_string(n_kv_heads) + ")");
+  if (head_dim % 2 != 0) fail_cfg(what, "head_dim must be even for RoPE");
+  if (!(rope_theta > 1.0) || !std::isfinite(rope_theta)) fail_cfg(what, "rope_theta must be > 1");
+  if (!(norm_eps > 0.0) || norm_eps > 1.0) fail_cfg(what, "norm_eps must be in (0, 1]");
+}
+
+int64_t ModelConfig::n_params() const {
+  const int64_t attn = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2;
+  const int64_t mlp = 3 * dim * ffn_dim;
+  const int64_t per_layer = attn + mlp + 2 * dim;
+  return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
+}
+
+std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
+  char num[64];
+  auto g = [&](double v) {
+    std::snprintf(num, sizeof num, "%.17g", v);
+    return std::string(num);
+  };
+  auto i = [](int64_t v) { return std::to_string(v); };
+  std::string s = "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n";
+  s += "  \"_name_or_path\": " + json_quote(name) + ",\n";
+  s += "  \"vocab_size\": " + i(vocab_size) + ",\n  \"hidden_size\": " + i(dim) + ",\n";
+  s += "  \"num_hidden_layers\": " + i(n_layers) + ",\n  \"num_attention_heads\": " + i(n_heads) + ",\n";
+  s += "  \"num_key_value_heads\": " + i(n_kv_heads) + ",\n  \"head_dim\": " + i(head_dim) + ",\n";
+  s += "  \"intermediate_size\": " + i(ffn_dim) + ",\n  \"max_position_embeddings\": " + i(max_context) + ",\n";
+  s += "  \"rope_theta\": " + g(rope_theta) + ",\n  \"rms_norm_eps\": " + g(norm_eps) + ",\n";
+  s += std::string("  \"tie_word_embeddings\": ") + (tied_embeddings ? "true" : "false") + ",\n";
+  if (bos_id >= 0) s += "  \"bos_token_id\": " + i(bos_id) + ",\n";
+  if (eos_id >= 0) s += "  \"eos_token_id\": " + i(eos_id) + ",\n";
+  s += "  \"hidden_act\": \"silu\",\n  \"rope_scaling\": null\n}\n";
+  return s;
+}
+
+std::string ModelConfig::describe() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s: %lld layers, dim %lld, %lld heads (%lld kv, head_dim %lld), ffn %lld, "
+                "vocab %lld, context %lld, rope_theta %g, rms_eps %g, %s embeddings, %.1fM params",
+                name.empty() ? "llama" : name.c_str(), static_cast<long long>(n_layers),
+                static_cast<long long>(dim), static_cast<long long>(n_heads),
+                static_cast<long long>(n_kv_heads), static_cast<long long>(head_dim),
+                static_cast<long long>(ffn_dim), static_cast<long long>(vocab_size),
+                static_cast<long long>(max_context), rope_theta, norm_eps,
+                tied_embeddings ? "tied" : "separate", static_cast<double>(n_params()) / 1e6);
+  return buf;
+}
+
+}  // namespace nibble::llm

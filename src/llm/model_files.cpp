@@ -1,0 +1,462 @@
+#include "llm/model_files.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "common/check.h"
+#include "llm/file_util.h"
+#include "llm/gguf.h"
+#include "llm/json.h"
+#include "llm/linear.h"
+#include "llm/safetensors.h"
+#include "nibble/nibble.h"
+
+namespace nibble::llm {
+
+namespace {
+
+[[noreturn]] void fail_model(const std::string& msg, ErrorCode code = ErrorCode::invalid_argument) {
+  detail::fail(code, "nibble::llm::open_model: " + msg);
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+void check_shape(const std::string& what, const std::string& name, const std::vector<int64_t>& got,
+                 std::initializer_list<int64_t> want) {
+  if (!std::equal(got.begin(), got.end(), want.begin(), want.end()))
+    fail_model(what + ": tensor '" + name + "' has shape " + shape_str(got) + ", the config needs " +
+               shape_str(std::vector<int64_t>(want)));
+}
+
+// Which layer and role a canonical name has: "blk.3.attn_q.weight" → (3, "attn_q").
+bool is_q_or_k(const std::string& name, bool& is_q) {
+  const bool q = name.size() > 14 && name.compare(name.size() - 14, 14, ".attn_q.weight") == 0;
+  const bool k = name.size() > 14 && name.compare(name.size() - 14, 14, ".attn_k.weight") == 0;
+  is_q = q;
+  return q || k;
+}
+
+class GgufSource final : public WeightSource {
+ public:
+  GgufSource(GgufFile g, const ModelConfig& c) : g_(std::move(g)), c_(c) {}
+
+  bool has(const std::string& name) const override {
+    for (const auto& t : g_.tensors())
+      if (t.name == name) return true;
+    return false;
+  }
+
+  std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
+    const GgufTensorInfo& t = g_.tensor(name);
+    std::vector<int64_t> dims;  // GGUF lists the innermost dimension first
+    for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) dims.push_back(static_cast<int64_t>(*it));
+    check_shape("GGUF", name, dims, shape);
+    std::vector<float> w = g_.dequantize(t);
+    bool is_q = false;
+    if (is_q_or_k(name, is_q))
+      unpermute_gguf_qk(w, is_q ? c_.n_heads : c_.n_kv_heads, c_.head_dim, c_.dim);
+    return w;
+  }
+
+  std::string describe() const override {
+    std::map<std::string, int> counts;
+    for (const auto& t : g_.tensors()) ++counts[to_string(t.type)];
+    std::string s = "GGUF v" + std::to_string(g_.version()) + ", tensors:";
+    for (const auto& [k, v] : counts) s += " " + k + "×" + std::to_string(v);
+    return s;
+  }
+
+ private:
+  GgufFile g_;
+  ModelConfig c_;
+};
+
+const char* const kQuantParts[] = {"qweight", "scales", "zeros", "group_scales"};
+
+// The safetensors dtype a quantized buffer is stored in: 4-bit values as their packed bytes.
+std::string stored_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::s8: return "I8";
+    default: return "U8";  // u8, and s4/u4 packed two per byte
+  }
+}
+
+class SafetensorsSource final : public WeightSource {
+ public:
+  explicit SafetensorsSource(std::vector<SafetensorsFile> files) : files_(std::move(files)) {
+    for (size_t f = 0; f < files_.size(); ++f) {
+      if (auto it = files_[f].metadata().find("nibble.format"); it != files_[f].metadata().end()) {
+        if (!format_.empty() && format_ != it->second)
+          fail_model(files_[f].what() + ": shards of different nibble formats");
+        format_ = it->second;
+        check_weight_mode(format_);
+      }
+      for (const auto& t : files_[f].tensors()) {
+        std::string c = canonical_tensor_name(t.name);
+        if (c.empty()) {  // a quantized part "<hf name>.qweight" etc. of a nibble checkpoint?
+          const size_t dot = t.name.rfind('.');
+          const std::string part = dot == std::string::npos ? "" : t.name.substr(dot + 1);
+          bool is_part = false;
+          for (const char* q : kQuantParts) is_part = is_part || part == q;
+          if (!is_part) continue;  // e.g. rotary_emb.inv_freq of old checkpoints
+          c = canonical_tensor_name(t.name.substr(0, dot) + ".weight");
+          if (c.empty()) continue;
+          c += ":" + part;
+        }
+        if (!index_.emplace(c, std::make_pair(f, &t)).second)
+          fail_model(files_[f].what() + ": tensor '" + t.name + "' appears twice");
+      }
+    }
+  }
+
+  bool has(const std::string& name) const override {
+    return index_.count(name) != 0 || index_.count(name + ":qweight") != 0;
+  }
+
+  std::string quantized_format(const std::string& name) const override {
+    return !format_.empty() && index_.count(name + ":qweight") ? format_ : "";
+  }
+
+  QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k) override {
+    if (quantized_format(name).empty()) return WeightSource::load_quantized(name, n, k);
+    const int64_t kp = padded_k(format_, k);
+    QuantizedWeight qw(parse_linear_format(format_).weight, n, kp);
+    const Tensor* parts[] = {&qw.q, &qw.scales, &qw.zeros, &qw.group_scales};
+    for (int i = 0; i < 4; ++i) {
+      const Tensor& buf = *parts[i];
+      auto it = index_.find(name + ":" + kQuantParts[i]);
+      if (!buf.defined()) {
+        if (it != index_.end())
+          fail_model("'" + name + "' has a " + kQuantParts[i] + " tensor its format " + format_ + " does not use");
+        continue;
+      }
+      if (it == index_.end()) fail_model("'" + name + "' lacks its " + std::string(kQuantParts[i]) + " tensor");
+      const auto& [f, t] = it->second;
+      std::vector<int64_t> want(buf.view().shape.begin(), buf.view().shape.begin() + buf.view().rank);
+      if (dtype_bits(buf.view().dtype) == 4) want.back() /= 2;  // stored as packed bytes
+      if (t->dtype != stored_dtype(buf.view().dtype) || t->shape != want ||
+          static_cast<int64_t>(t->end - t->begin) != buf.nbytes())
+        fail_model(files_[f].what() + ": '" + t->name + "' is " + t->dtype + " " + shape_str(t->shape) +
+                   ", " + format_ + " with n = " + std::to_string(n) + ", k = " + std::to_string(kp) +
+                   " needs " + stored_dtype(buf.view().dtype) + " " + shape_str(want));
+      std::memcpy(buf.data(), files_[f].data(*t), static_cast<size_t>(buf.nbytes()));
+    }
+    return qw;
+  }
+
+  std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
+    auto it = index_.find(name);
+    if (it == index_.end()) fail_model("the checkpoint has no tensor for '" + name + "'");
+    const auto& [f, t] = it->second;
+    check_shape(files_[f].what(), t->name, t->shape, shape);
+    return files_[f].to_f32(*t);
+  }
+
+  std::string describe() const override {
+    std::map<std::string, int> counts;
+    for (const auto& [c, ft] : index_) ++counts[ft.second->dtype];
+    std::string s = "safetensors (" + std::to_string(files_.size()) + " file" +
+                    (files_.size() == 1 ? "" : "s") + ")" +
+                    (format_.empty() ? "" : ", pre-quantized nibble " + format_) + ", tensors:";
+    for (const auto& [k, v] : counts) s += " " + k + "×" + std::to_string(v);
+    return s;
+  }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::string format_;  // nibble.format of a pre-quantized checkpoint
+  // canonical name (or "name:part" for quantized parts) → (file, tensor)
+  std::map<std::string, std::pair<size_t, const SafetensorsTensor*>> index_;
+};
+
+// splitmix64: a fast, well-mixed generator; random weights for an 8B model take seconds.
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class RandomSource final : public WeightSource {
+ public:
+  RandomSource(const ModelConfig& c, uint64_t seed) : c_(c), seed_(seed) {}
+
+  bool has(const std::string& name) const override {
+    return name != "output.weight" || !c_.tied_embeddings;
+  }
+
+  std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> w(static_cast<size_t>(n));
+    if (shape.size() == 1) {  // norm weights: ones, as at initialization
+      std::fill(w.begin(), w.end(), 1.0f);
+      return w;
+    }
+    // Uniform in [-a, a] with variance 1/K (a = sqrt(3/K)) keeps each layer's output O(1);
+    // embedding rows get unit variance.
+    const int64_t k = *(shape.begin() + 1);
+    const bool embedding = name == "token_embd.weight";
+    const double a = embedding ? std::sqrt(3.0) : std::sqrt(3.0 / static_cast<double>(k));
+    uint64_t s = seed_;
+    for (const char ch : name) s = (s ^ static_cast<uint8_t>(ch)) * 0x100000001B3ull;  // FNV-1a
+    for (auto& x : w) {
+      const double u = static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53;  // [0, 1)
+      x = static_cast<float>((2.0 * u - 1.0) * a);
+    }
+    return w;
+  }
+
+  std::string describe() const override {
+    return "random weights (seed " + std::to_string(seed_) + "; not a trained model)";
+  }
+
+ private:
+  ModelConfig c_;
+  uint64_t seed_;
+};
+
+ModelFiles open_hf_dir(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  ModelFiles m;
+  m.path = dir.string();
+  const fs::path config = dir / "config.json";
+  if (!fs::is_regular_file(config)) fail_model(dir.string() + ": no config.json", ErrorCode::io_error);
+  const std::string config_text = read_text_file(config.string(), "nibble::llm::open_model");
+  m.config = ModelConfig::from_hf_json(config_text, config.string());
+  if (m.config.name.empty()) m.config.name = dir.filename().string();
+  // The weight files: one model.safetensors, or the shards of an index.
+  std::vector<std::string> shards;
+  const fs::path single = dir / "model.safetensors";
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::is_regular_file(single)) {
+    shards.push_back(single.string());
+  } else if (fs::is_regular_file(index)) {
+    const Json j = Json::parse(read_text_file(index.string(), "nibble::llm::open_model"), index.string());
+    const Json* map = j.is_object() ? j.find("weight_map") : nullptr;
+    if (map == nullptr || !map->is_object()) fail_model(index.string() + ": no weight_map object");
+    for (const auto& [name, file] : map->members()) {
+      if (!file.is_string() || file.string().find('/') != std::string::npos || file.string().empty())
+        fail_model(index.string() + ": weight_map['" + name + "'] is not a file name in the directory");
+      if (std::find(shards.begin(), shards.end(), (dir / file.string()).string()) == shards.end())
+        shards.push_back((dir / file.string()).string());
+    }
+  } else {
+    fail_model(dir.string() + ": neither model.safetensors nor model.safetensors.index.json",
+               ErrorCode::io_error);
+  }
+  std::vector<SafetensorsFile> files;
+  for (const auto& s : shards) {
+    files.push_back(SafetensorsFile::open(s));
+    m.file_bytes += static_cast<int64_t>(fs::file_size(s));
+  }
+  m.weights = std::make_unique<SafetensorsSource>(std::move(files));
+  if (!m.weights->has("output.weight")) m.config.tied_embeddings = true;
+  // The tokenizer, with BOS/EOS ids from config.json (tokenizer.json does not name them).
+  const fs::path tok = dir / "tokenizer.json";
+  if (fs::is_regular_file(tok)) {
+    Tokenizer t = Tokenizer::from_hf_json(read_text_file(tok.string(), "nibble::llm::open_model"),
+                                          tok.string());
+    const Json cj = Json::parse(config_text, config.string());
+    auto id_of = [&](const char* key, int32_t fallback) -> int32_t {
+      const Json* v = cj.find(key);
+      if (v == nullptr || v->is_null()) return fallback;
+      if (v->is_array() && !v->items().empty()) v = &v->items()[0];
+      if (!v->is_int() || v->integer() < 0 || v->integer() >= t.vocab_size())
+        fail_model(config.string() + ": '" + key + "' is not a token id of the vocabulary");
+      return static_cast<int32_t>(v->integer());
+    };
+    t.set_bos_eos(id_of("bos_token_id", t.bos_id()), id_of("eos_token_id", t.eos_id()), t.add_bos());
+    m.tokenizer = std::move(t);
+  }
+  return m;
+}
+
+}  // namespace
+
+QuantizedWeight WeightSource::load_quantized(const std::string& name, int64_t, int64_t) {
+  fail_model("'" + name + "' is not stored pre-quantized");
+}
+
+std::string hf_tensor_name(const std::string& c) {
+  if (c == "token_embd.weight") return "model.embed_tokens.weight";
+  if (c == "output_norm.weight") return "model.norm.weight";
+  if (c == "output.weight") return "lm_head.weight";
+  static const std::map<std::string, std::string> roles = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+  };
+  if (c.rfind("blk.", 0) != 0) return "";
+  const size_t dot = c.find('.', 4);
+  if (dot == std::string::npos) return "";
+  auto it = roles.find(c.substr(dot + 1));
+  return it == roles.end() ? "" : "model.layers." + c.substr(4, dot - 4) + "." + it->second;
+}
+
+void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
+                             const std::string& dir) {
+  namespace fs = std::filesystem;
+  check_weight_mode(format);
+  if (format == "f32" || format == "bf16")
+    fail_model("a nibble checkpoint needs a quantized format, not " + format);
+  if (head_mode != "f32" && head_mode != "bf16") fail_model("the head format must be f32 or bf16");
+  if (!m.tokenizer) fail_model("the model has no tokenizer to write");
+  const ModelConfig& c = m.config;
+  std::vector<SafetensorsEntry> out;
+  // Norm weights stay f32 (the backends use them in f32); embedding and output in head_mode.
+  auto floats = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    const std::vector<float> w = m.weights->load(name, shape);
+    const bool bf16 = head_mode == "bf16" && shape.size() == 2;
+    SafetensorsEntry e{hf_tensor_name(name), bf16 ? "BF16" : "F32", shape, {}};
+    if (bf16) {
+      e.bytes.resize(w.size() * 2);
+      for (size_t i = 0; i < w.size(); ++i) {
+        const uint16_t h = f32_to_bf16_bits(w[i]);
+        std::memcpy(e.bytes.data() + 2 * i, &h, 2);
+      }
+    } else {
+      e.bytes.resize(w.size() * 4);
+      std::memcpy(e.bytes.data(), w.data(), e.bytes.size());
+    }
+    out.push_back(std::move(e));
+  };
+  auto quantized = [&](const std::string& name, int64_t n, int64_t k) {
+    const auto lin = make_linear(format, m.weights->load(name, {n, k}), n, k, nullptr);
+    const QuantizedWeight& qw = *lin->quantized();
+    const std::string base = hf_tensor_name(name);
+    const std::string stem = base.substr(0, base.size() - 7);  // drop ".weight"
+    const Tensor* parts[] = {&qw.q, &qw.scales, &qw.zeros, &qw.group_scales};
+    for (int i = 0; i < 4; ++i) {
+      const Tensor& buf = *parts[i];
+      if (!buf.defined()) continue;
+      std::vector<int64_t> shape(buf.view().shape.begin(), buf.view().shape.begin() + buf.view().rank);
+      if (dtype_bits(buf.view().dtype) == 4) shape.back() /= 2;
+      const auto* b = static_cast<const uint8_t*>(buf.data());
+      out.push_back({stem + "." + kQuantParts[i], stored_dtype(buf.view().dtype), shape,
+                     std::vector<uint8_t>(b, b + buf.nbytes())});
+    }
+  };
+  const int64_t d = c.dim, hd = c.head_dim, qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+  floats("token_embd.weight", {c.vocab_size, d});
+  floats("output_norm.weight", {d});
+  if (!c.tied_embeddings) floats("output.weight", {c.vocab_size, d});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    floats(p + "attn_norm.weight", {d});
+    floats(p + "ffn_norm.weight", {d});
+    quantized(p + "attn_q.weight", qd, d);
+    quantized(p + "attn_k.weight", kvd, d);
+    quantized(p + "attn_v.weight", kvd, d);
+    quantized(p + "attn_output.weight", d, qd);
+    quantized(p + "ffn_gate.weight", c.ffn_dim, d);
+    quantized(p + "ffn_up.weight", c.ffn_dim, d);
+    quantized(p + "ffn_down.weight", d, c.ffn_dim);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail_model(dir + ": cannot create the directory", ErrorCode::io_error);
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), out,
+                    {{"nibble.format", format}, {"nibble.version", build_info().version},
+                     {"nibble.source", m.path}});
+  auto write_text = [&](const char* file, const std::string& text) {
+    std::ofstream f(fs::path(dir) / file, std::ios::binary);
+    f << text;
+    if (!f) fail_model(dir + "/" + file + ": cannot write", ErrorCode::io_error);
+  };
+  write_text("config.json", c.to_hf_json(m.tokenizer->bos_id(), m.tokenizer->eos_id()));
+  write_text("tokenizer.json", m.tokenizer->to_hf_json());
+}
+
+void unpermute_gguf_qk(std::vector<float>& w, int64_t heads, int64_t head_dim, int64_t k) {
+  if (static_cast<int64_t>(w.size()) != heads * head_dim * k)
+    fail_model("Q/K weight of " + std::to_string(w.size()) + " values does not have " +
+               std::to_string(heads) + " heads of " + std::to_string(head_dim) + " rows of " +
+               std::to_string(k));
+  std::vector<float> out(w.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t src = h * head_dim + 2 * i + j, dst = h * head_dim + j * half + i;
+        std::copy_n(w.begin() + src * k, k, out.begin() + dst * k);
+      }
+  w.swap(out);
+}
+
+std::string canonical_tensor_name(const std::string& n) {
+  if (n == "model.embed_tokens.weight") return "token_embd.weight";
+  if (n == "model.norm.weight") return "output_norm.weight";
+  if (n == "lm_head.weight") return "output.weight";
+  const std::string prefix = "model.layers.";
+  if (n.rfind(prefix, 0) != 0) return "";
+  const size_t dot = n.find('.', prefix.size());
+  if (dot == std::string::npos || dot == prefix.size()) return "";
+  const std::string layer = n.substr(prefix.size(), dot - prefix.size());
+  for (const char c : layer)
+    if (c < '0' || c > '9') return "";
+  static const std::map<std::string, std::string> roles = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  auto it = roles.find(n.substr(dot + 1));
+  return it == roles.end() ? "" : "blk." + layer + "." + it->second;
+}
+
+ModelFiles open_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return open_hf_dir(path);
+  if (!fs::is_regular_file(path, ec)) fail_model(path + ": no such file or directory", ErrorCode::io_error);
+  if (fs::path(path).filename() == "config.json") return open_hf_dir(fs::path(path).parent_path());
+  GgufFile g = GgufFile::open(path);
+  ModelFiles m;
+  m.path = path;
+  m.file_bytes = static_cast<int64_t>(fs::file_size(path));
+  m.config = ModelConfig::from_gguf(g);
+  if (m.config.name.empty()) m.config.name = fs::path(path).stem().string();
+  m.tokenizer = Tokenizer::from_gguf(g);
+  if (m.tokenizer->vocab_size() != m.config.vocab_size)
+    fail_model(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+               " tokens, the embedding " + std::to_string(m.config.vocab_size));
+  m.weights = std::make_unique<GgufSource>(std::move(g), m.config);
+  return m;
+}
+
+ModelFiles random_model(const ModelConfig& config, uint64_t seed) {
+  config.validate("random_model");
+  ModelFiles m;
+  m.config = config;
+  m.path = "random weights";
+  m.weights = std::make_unique<RandomSource>(m.config, seed);
+  return m;
+}
+
+ModelFiles random_model(const std::string& arch, uint64_t seed) {
+  ModelFiles m = random_model(ModelConfig::preset(arch), seed);
+  m.path = "--random-weights --arch " + arch;
+  return m;
+}
+
+}  // namespace nibble::llm

@@ -1,0 +1,222 @@
+// Tokenizers: SentencePiece-style and byte-level BPE on hand-built vocabularies with
+// hand-computed ids, tokenizer.json variants and their errors, and — when the real model is
+// present (NIBBLE_LLM_MODEL) — SmolLM2's tokenizer against ids produced by Hugging Face
+// `tokenizers` (tests/llm/data/smollm2_tokens.json; how: tests/llm/reference.py tokens).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "llm/file_util.h"
+#include "llm/gguf.h"
+#include "llm/json.h"
+#include "llm/model_files.h"
+#include "llm/tokenizer.h"
+#include "nibble/status.h"
+#include "test_llm_util.h"
+
+namespace nibble::llm {
+namespace {
+
+using test::GgufWriter;
+using Ids = std::vector<int32_t>;
+
+// A GGUF file holding only tokenizer metadata.
+GgufFile spm_gguf(bool add_space_prefix) {
+  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "e", "l", "o",
+                                           "\xE2\x96\x81h", "ll", "\xE2\x96\x81he", "llo",
+                                           "\xE2\x96\x81hello", "<0xC3>", "<0xA9>", "w"};
+  //                                        0      1      2       3(▁)   4    5    6    7
+  std::vector<float> scores(tokens.size(), -100.0f);
+  scores[8] = -1, scores[9] = -2, scores[10] = -3, scores[11] = -4, scores[12] = -5;
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[0] = 2, types[1] = 3, types[2] = 3, types[13] = 6, types[14] = 6;
+  GgufWriter w;
+  w.header(0, 8);
+  w.kv_string("tokenizer.ggml.model", "llama");
+  w.kv_strings("tokenizer.ggml.tokens", tokens);
+  w.kv_f32s("tokenizer.ggml.scores", scores);
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.kv_bool("tokenizer.ggml.add_space_prefix", add_space_prefix);
+  return GgufFile::parse(w.bytes, "spm");
+}
+
+TEST(LlmTokenizer, SentencePieceMergesByScoreAndFallsBackToBytes) {
+  const Tokenizer t = Tokenizer::from_gguf(spm_gguf(true));
+  EXPECT_EQ(t.model(), Tokenizer::Model::sentencepiece);
+  EXPECT_TRUE(t.add_bos());
+  // "▁hello": ▁h (−1), ll (−2), ▁he (−3), llo (−4), ▁hello (−5) merge in that order.
+  EXPECT_EQ(t.encode("hello"), (Ids{1, 12}));
+  EXPECT_EQ(t.encode("hello", false), (Ids{12}));
+  // é is not a token: its two UTF-8 bytes become <0xC3> <0xA9>.
+  EXPECT_EQ(t.encode("hello \xC3\xA9", false), (Ids{12, 3, 13, 14}));
+  EXPECT_EQ(t.encode("wow", false), (Ids{3, 15, 7, 15}));
+  EXPECT_EQ(t.decode(Ids{1, 12, 3, 13, 14}, true), "hello \xC3\xA9");
+  // Control tokens in the text are matched as tokens; the text after one gets a space prefix.
+  EXPECT_EQ(t.encode("hello</s>hello", false), (Ids{12, 2, 12}));
+  EXPECT_TRUE(t.is_end_of_generation(2));
+  EXPECT_EQ(t.encode("", true), (Ids{1}));
+  const Tokenizer no_prefix = Tokenizer::from_gguf(spm_gguf(false));
+  EXPECT_EQ(no_prefix.encode("hello", false), (Ids{4, 5, 11}));  // ll, then llo; "he" is no token
+}
+
+// A tiny byte-level vocabulary: the 256 byte characters, then merges of "Ġt", "he", "Ġthe".
+std::string byte_level_json(bool merges_as_pairs, const std::string& pre) {
+  std::string vocab;
+  int id = 0;
+  // The printable characters GPT-2 maps bytes to, in byte order; 'Ġ' (U+0120) is the space.
+  uint32_t extra = 0;  // non-printable bytes map to U+0100, U+0101, ... in byte order
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const uint32_t cp = printable ? static_cast<uint32_t>(b) : 256u + extra++;
+    if (id > 0) vocab += ',';
+    vocab += '"';
+    if (cp == '"' || cp == '\\') vocab += '\\';
+    if (cp < 0x80) {
+      vocab += static_cast<char>(cp);
+    } else {
+      vocab += static_cast<char>(0xC0 | (cp >> 6));
+      vocab += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    vocab += "\":";
+    vocab += std::to_string(id);
+    ++id;
+  }
+  vocab += ",\"\xC4\xA0t\":256,\"he\":257,\"\xC4\xA0the\":258,\"12\":259";
+  const std::string merges = merges_as_pairs
+                                 ? "[[\"\xC4\xA0\",\"t\"],[\"h\",\"e\"],[\"\xC4\xA0t\",\"he\"],[\"1\",\"2\"]]"
+                                 : "[\"\xC4\xA0 t\",\"h e\",\"\xC4\xA0t he\",\"1 2\"]";
+  return "{\"added_tokens\":[{\"id\":260,\"content\":\"<|end|>\",\"special\":true}],"
+         "\"pre_tokenizer\":" + pre + ",\"model\":{\"type\":\"BPE\",\"vocab\":{" + vocab +
+         "},\"merges\":" + merges + "}}";
+}
+
+TEST(LlmTokenizer, ByteLevelBpeFromTokenizerJson) {
+  const std::string byte_level = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}";
+  const std::string with_digits = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\","
+                                  "\"individual_digits\":true}," + byte_level + "]}";
+  for (bool pairs : {false, true}) {
+    const Tokenizer t = Tokenizer::from_hf_json(byte_level_json(pairs, byte_level), "tiny");
+    EXPECT_EQ(t.vocab_size(), 261);
+    // " the" → Ġ t h e → Ġt, he → Ġthe; "the" alone: t, he.
+    EXPECT_EQ(t.encode(" the"), (Ids{258}));
+    EXPECT_EQ(t.encode("the"), (Ids{'t', 257}));
+    EXPECT_EQ(t.encode("the<|end|> the"), (Ids{'t', 257, 260, 258}));
+    EXPECT_EQ(t.decode(t.encode("x the<|end|>\n\xC3\xA9")), "x the<|end|>\n\xC3\xA9");
+    EXPECT_EQ(t.decode(t.encode("a<|end|>"), true), "a");
+    // The GPT-2 pattern keeps "12" together (and the merge "1 2" applies); " " is Ġ, id 32.
+    EXPECT_EQ(t.encode("12"), (Ids{259}));
+    EXPECT_EQ(t.encode(" the  12"), (Ids{258, 32, 32, 259}));
+  }
+  // Digits(individual_digits) isolates each digit first, so "12" cannot merge.
+  const Tokenizer d = Tokenizer::from_hf_json(byte_level_json(true, with_digits), "digits");
+  EXPECT_EQ(d.pre_split(), Tokenizer::PreSplit::gpt2_digits);
+  EXPECT_EQ(d.encode("12"), (Ids{'1', '2'}));
+}
+
+TEST(LlmTokenizer, UnsupportedOrMalformedTokenizerJsonIsRejected) {
+  const std::string byte_level = "{\"type\":\"ByteLevel\"}";
+  const std::string good = byte_level_json(false, byte_level);
+  EXPECT_NO_THROW(Tokenizer::from_hf_json(good, "good"));
+  struct Case {
+    std::string json;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"[]", "not a JSON object"},
+      {"{}", "no \"model\""},
+      {"{\"model\":{\"type\":\"Unigram\"}}", "not BPE"},
+      {"{\"model\":{\"type\":\"BPE\",\"vocab\":[],\"merges\":[]}}", "vocab is not an object"},
+      {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}", "not an integer id"},
+      {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "out of range"},
+      {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", "not \"a b\""},
+      {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[1]}}", "neither"},
+      {"{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+       "not supported"},
+      {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "byte_fallback"},
+      {good.substr(0, good.size() - 1), "unexpected end"},
+  };
+  for (const Case& c : cases) {
+    try {
+      Tokenizer::from_hf_json(c.json, "case");
+      ADD_FAILURE() << "accepted: " << c.json.substr(0, 200);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(LlmTokenizer, CharacterBpeWithByteFallbackLikeLlama2) {
+  // "▁" "a" "b" "▁a" "ab" "▁ab" and byte tokens for 'c': Llama-2's tokenizer.json shape.
+  const std::string json =
+      "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\xE2\x96\x81\"},"
+      "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\xE2\x96\x81\"}]},"
+      "\"pre_tokenizer\":null,\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+      "{\"id\":1,\"content\":\"<s>\",\"special\":true}],"
+      "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
+      "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]},"
+      "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{\"<unk>\":0,\"<s>\":1,"
+      "\"\xE2\x96\x81\":2,\"a\":3,\"b\":4,\"\xE2\x96\x81\x61\":5,\"ab\":6,\"\xE2\x96\x81\x61\x62\":7,\"<0x63>\":8},"
+      "\"merges\":[\"\xE2\x96\x81 a\",\"a b\",\"\xE2\x96\x81\x61 b\"]}}";
+  const Tokenizer t = Tokenizer::from_hf_json(json, "llama2-like");
+  EXPECT_EQ(t.model(), Tokenizer::Model::char_bpe);
+  EXPECT_TRUE(t.add_bos());
+  EXPECT_EQ(t.encode("ab c"), (Ids{1, 7, 2, 8}));
+  EXPECT_EQ(t.decode(Ids{1, 7, 2, 8}, true), "ab c");
+}
+
+TEST(LlmTokenizer, GgufWithoutTokenizerOrWithUnknownModelIsRejected) {
+  GgufWriter w;
+  w.header(0, 1);
+  w.kv_string("tokenizer.ggml.model", "bert");
+  try {
+    Tokenizer::from_gguf(GgufFile::parse(w.bytes, "bert"));
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+  }
+  GgufWriter w2;
+  w2.header(0, 1);
+  w2.kv_string("tokenizer.ggml.model", "gpt2");
+  EXPECT_THROW(Tokenizer::from_gguf(GgufFile::parse(w2.bytes, "no tokens")), Error);
+}
+
+// ---- the real model ----------------------------------------------------------------------------
+
+void check_against_reference(const Tokenizer& t, const char* which) {
+  const Json data = Json::parse(read_text_file(test::test_data_path("smollm2_tokens.json"), "test"), "data");
+  int n = 0;
+  for (const Json& c : data.find("cases")->items()) {
+    const std::string& text = c.find("text")->string();
+    Ids want;
+    for (const Json& id : c.find("ids")->items()) want.push_back(static_cast<int32_t>(id.integer()));
+    EXPECT_EQ(t.encode(text), want) << which << ": " << text;
+    EXPECT_EQ(t.decode(want), text) << which << ": " << text;
+    ++n;
+  }
+  EXPECT_GE(n, 15);
+}
+
+TEST(LlmTokenizerRealModel, SmolLM2MatchesHuggingFaceTokenizers) {
+  if (test::real_model_path().empty()) GTEST_SKIP() << "NIBBLE_LLM_MODEL is not set (ctest -R llm_ sets it)";
+  const ModelFiles m = open_model(test::real_model_path());
+  ASSERT_TRUE(m.tokenizer.has_value());
+  EXPECT_EQ(m.tokenizer->pre_split(), Tokenizer::PreSplit::gpt2_digits);
+  EXPECT_FALSE(m.tokenizer->add_bos());
+  EXPECT_EQ(m.tokenizer->eos_id(), 2);
+  check_against_reference(*m.tokenizer, "GGUF");
+}
+
+TEST(LlmTokenizerRealModel, SmolLM2TokenizerJsonMatchesToo) {
+  if (test::real_hf_dir().empty()) GTEST_SKIP() << "NIBBLE_LLM_HF_DIR is not set (ctest -R llm_ sets it)";
+  const ModelFiles m = open_model(test::real_hf_dir());
+  ASSERT_TRUE(m.tokenizer.has_value());
+  EXPECT_EQ(m.tokenizer->eos_id(), 2);
+  check_against_reference(*m.tokenizer, "tokenizer.json");
+}
+
+}  // namespace
+}  // namespace nibble::llm
