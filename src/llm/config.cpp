@@ -30,19 +30,22 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   c.dim = u("embedding_length");
   c.n_layers = u("block_count");
   c.n_heads = u("attention.head_count");
-  c.n_kv_heads = md.count("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.n_heads;
+  c.n_kv_heads =
+      md.count("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.n_heads;
   c.ffn_dim = u("feed_forward_length");
   c.max_context = u("context_length");
   c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
   if (md.count("llama.attention.key_length")) c.head_dim = u("attention.key_length");
   if (md.count("llama.rope.dimension_count") && u("rope.dimension_count") != c.head_dim)
-    fail_cfg("GGUF", "partial rotary embeddings (rope.dimension_count != head size) are not supported",
+    fail_cfg("GGUF",
+             "partial rotary embeddings (rope.dimension_count != head size) are not supported",
              ErrorCode::unsupported);
   if (md.count("llama.rope.freq_base")) c.rope_theta = g.get_float("llama.rope.freq_base");
   c.norm_eps = g.get_float("llama.attention.layer_norm_rms_epsilon");
   if (md.count("llama.rope.scaling.type")) {
     const std::string s = g.get_string("llama.rope.scaling.type");
-    if (s != "none") fail_cfg("GGUF", "RoPE scaling '" + s + "' is not supported", ErrorCode::unsupported);
+    if (s != "none")
+      fail_cfg("GGUF", "RoPE scaling '" + s + "' is not supported", ErrorCode::unsupported);
   }
   // The vocabulary size: the metadata key when present, else the embedding's rows.
   const GgufTensorInfo& emb = g.tensor("token_embd.weight");
@@ -77,14 +80,17 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
     if (!mt->is_string()) fail_cfg(what, "'model_type' is not a string");
     const std::string& t = mt->string();
     if (t != "llama" && t != "mistral")
-      fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder", ErrorCode::unsupported);
+      fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder",
+               ErrorCode::unsupported);
   }
   if (const Json* rs = get("rope_scaling"); rs != nullptr && !rs->is_null())
     fail_cfg(what, "rope_scaling is not supported", ErrorCode::unsupported);
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (const Json* b = get(key); b != nullptr && b->is_bool() && b->boolean())
-      fail_cfg(what, std::string(key) + " = true is not supported (no bias terms)", ErrorCode::unsupported);
-  if (const Json* act = get("hidden_act"); act != nullptr && (!act->is_string() || act->string() != "silu"))
+      fail_cfg(what, std::string(key) + " = true is not supported (no bias terms)",
+               ErrorCode::unsupported);
+  if (const Json* act = get("hidden_act");
+      act != nullptr && (!act->is_string() || act->string() != "silu"))
     fail_cfg(what, "hidden_act must be \"silu\"", ErrorCode::unsupported);
   ModelConfig c;
   if (const Json* n = get("_name_or_path"); n != nullptr && n->is_string()) c.name = n->string();
@@ -94,9 +100,11 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
   c.n_heads = req_int("num_attention_heads");
   c.n_kv_heads = get("num_key_value_heads") != nullptr ? req_int("num_key_value_heads") : c.n_heads;
   c.ffn_dim = req_int("intermediate_size");
-  c.max_context = get("max_position_embeddings") != nullptr ? req_int("max_position_embeddings") : 2048;
+  c.max_context =
+      get("max_position_embeddings") != nullptr ? req_int("max_position_embeddings") : 2048;
   c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
-  if (const Json* hd = get("head_dim"); hd != nullptr && !hd->is_null()) c.head_dim = req_int("head_dim");
+  if (const Json* hd = get("head_dim"); hd != nullptr && !hd->is_null())
+    c.head_dim = req_int("head_dim");
   c.rope_theta = opt_num("rope_theta", 10000.0);
   c.norm_eps = opt_num("rms_norm_eps", 1e-6);
   if (const Json* t = get("tie_word_embeddings"); t != nullptr) {
@@ -110,11 +118,31 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
 ModelConfig ModelConfig::preset(const std::string& arch) {
   ModelConfig c;
   if (arch == "llama3-8b") {  // Meta-Llama-3-8B config.json
-    c = {"Llama-3-8B architecture (random weights)", 128256, 4096, 32, 32, 8, 128, 14336, 8192,
-         500000.0, 1e-5, false};
+    c = {"Llama-3-8B architecture (random weights)",
+         128256,
+         4096,
+         32,
+         32,
+         8,
+         128,
+         14336,
+         8192,
+         500000.0,
+         1e-5,
+         false};
   } else if (arch == "smollm2-135m") {  // SmolLM2-135M config.json
-    c = {"SmolLM2-135M architecture (random weights)", 49152, 576, 30, 9, 3, 64, 1536, 8192,
-         100000.0, 1e-5, true};
+    c = {"SmolLM2-135M architecture (random weights)",
+         49152,
+         576,
+         30,
+         9,
+         3,
+         64,
+         1536,
+         8192,
+         100000.0,
+         1e-5,
+         true};
   } else {
     fail_cfg("preset", "unknown architecture '" + arch + "' (llama3-8b, smollm2-135m)");
   }
@@ -161,9 +189,11 @@ std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
   std::string s = "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n";
   s += "  \"_name_or_path\": " + json_quote(name) + ",\n";
   s += "  \"vocab_size\": " + i(vocab_size) + ",\n  \"hidden_size\": " + i(dim) + ",\n";
-  s += "  \"num_hidden_layers\": " + i(n_layers) + ",\n  \"num_attention_heads\": " + i(n_heads) + ",\n";
+  s += "  \"num_hidden_layers\": " + i(n_layers) + ",\n  \"num_attention_heads\": " + i(n_heads) +
+       ",\n";
   s += "  \"num_key_value_heads\": " + i(n_kv_heads) + ",\n  \"head_dim\": " + i(head_dim) + ",\n";
-  s += "  \"intermediate_size\": " + i(ffn_dim) + ",\n  \"max_position_embeddings\": " + i(max_context) + ",\n";
+  s += "  \"intermediate_size\": " + i(ffn_dim) +
+       ",\n  \"max_position_embeddings\": " + i(max_context) + ",\n";
   s += "  \"rope_theta\": " + g(rope_theta) + ",\n  \"rms_norm_eps\": " + g(norm_eps) + ",\n";
   s += std::string("  \"tie_word_embeddings\": ") + (tied_embeddings ? "true" : "false") + ",\n";
   if (bos_id >= 0) s += "  \"bos_token_id\": " + i(bos_id) + ",\n";

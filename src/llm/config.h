@@ -16,18 +16,18 @@ namespace nibble::llm {
 class GgufFile;
 
 struct ModelConfig {
-  std::string name;             ///< for reports, e.g. "SmolLM2-135M-Instruct"
+  std::string name;  ///< for reports, e.g. "SmolLM2-135M-Instruct"
   int64_t vocab_size = 0;
-  int64_t dim = 0;              ///< hidden size (embedding_length)
+  int64_t dim = 0;  ///< hidden size (embedding_length)
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;         ///< dim / n_heads unless the file says otherwise
-  int64_t ffn_dim = 0;          ///< intermediate size of the MLP
-  int64_t max_context = 0;      ///< context length the model was trained for
+  int64_t head_dim = 0;     ///< dim / n_heads unless the file says otherwise
+  int64_t ffn_dim = 0;      ///< intermediate size of the MLP
+  int64_t max_context = 0;  ///< context length the model was trained for
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
-  bool tied_embeddings = false; ///< output projection = token embedding
+  bool tied_embeddings = false;  ///< output projection = token embedding
 
   /// From the llama.* keys of a GGUF file (tied when the file has no output.weight).
   static ModelConfig from_gguf(const GgufFile& g);

@@ -51,7 +51,8 @@ class CpuBackend final : public Backend {
     check_weight_mode(opt.strategy.decode);
     if (opt.head_mode != "f32" && opt.head_mode != "bf16")
       detail::fail(ErrorCode::invalid_argument,
-                   "nibble::llm: the embedding/output mode must be f32 or bf16, got '" + opt.head_mode + "'");
+                   "nibble::llm: the embedding/output mode must be f32 or bf16, got '" +
+                       opt.head_mode + "'");
     n_layers_ = opt.max_layers > 0 ? std::min(opt.max_layers, c_.n_layers) : c_.n_layers;
     max_ctx_ = opt.max_context > 0 ? opt.max_context : std::min<int64_t>(c_.max_context, 4096);
     if (max_ctx_ < 1 || max_ctx_ > c_.max_context)
@@ -67,7 +68,8 @@ class CpuBackend final : public Backend {
       emb_bf16_.resize(emb.size());
       for (size_t i = 0; i < emb.size(); ++i) emb_bf16_[i] = f32_to_bf16_bits(emb[i]);
     }
-    std::vector<float> out = c_.tied_embeddings ? emb : src.load("output.weight", {c_.vocab_size, d});
+    std::vector<float> out =
+        c_.tied_embeddings ? emb : src.load("output.weight", {c_.vocab_size, d});
     if (!head_bf16_) emb_f32_ = std::move(emb);
     output_ = make_linear(opt.head_mode, std::move(out), c_.vocab_size, d, &pool_);
     out_norm_ = src.load("output_norm.weight", {d});
@@ -77,12 +79,14 @@ class CpuBackend final : public Backend {
       auto lin = [&](const char* name, int64_t n, int64_t k) {
         const std::string stored = src.quantized_format(p + name);
         if (stored.empty())
-          return std::make_unique<StrategyLinear>(opt.strategy, src.load(p + name, {n, k}), n, k, &pool_);
+          return std::make_unique<StrategyLinear>(opt.strategy, src.load(p + name, {n, k}), n, k,
+                                                  &pool_);
         // A pre-quantized checkpoint runs in its own format only (its floats are gone).
         if (opt.strategy.prefill != stored || opt.strategy.decode != stored)
-          detail::fail(ErrorCode::invalid_argument,
-                       "nibble::llm: the checkpoint holds '" + p + name + "' pre-quantized as " + stored +
-                           "; it runs with --format " + stored + ", not " + opt.strategy.describe());
+          detail::fail(ErrorCode::invalid_argument, "nibble::llm: the checkpoint holds '" + p +
+                                                        name + "' pre-quantized as " + stored +
+                                                        "; it runs with --format " + stored +
+                                                        ", not " + opt.strategy.describe());
         return std::make_unique<StrategyLinear>(
             make_quantized_linear(stored, src.load_quantized(p + name, n, k), k, &pool_));
       };
@@ -105,7 +109,8 @@ class CpuBackend final : public Backend {
     sin_.resize(cos_.size());
     for (int64_t p = 0; p < max_ctx_; ++p)
       for (int64_t i = 0; i < half; ++i) {
-        const double inv_freq = std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double inv_freq =
+            std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
         const double a = static_cast<double>(p) * inv_freq;
         cos_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(a));
         sin_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(a));
@@ -120,7 +125,8 @@ class CpuBackend final : public Backend {
   void forward(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
                std::vector<float>& logits) override {
     const auto m = static_cast<int64_t>(tokens.size());
-    if (m == 0) detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: no tokens");
+    if (m == 0)
+      detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: no tokens");
     if (pos < 0 || pos + m > max_ctx_)
       detail::fail(ErrorCode::out_of_range,
                    "nibble::llm::Backend::forward: positions " + std::to_string(pos) + ".." +
@@ -128,7 +134,10 @@ class CpuBackend final : public Backend {
                        std::to_string(max_ctx_) + " tokens");
     const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
     const int64_t f = c_.ffn_dim;
-    auto buf = [](std::vector<float>& b, int64_t n) { b.resize(static_cast<size_t>(n)); return b.data(); };
+    auto buf = [](std::vector<float>& b, int64_t n) {
+      b.resize(static_cast<size_t>(n));
+      return b.data();
+    };
     float* x = buf(x_, m * d);
     float* h = buf(h_, m * d);
     float* q = buf(q_, m * qd);
@@ -142,7 +151,8 @@ class CpuBackend final : public Backend {
       const int32_t id = tokens[static_cast<size_t>(t)];
       if (id < 0 || id >= c_.vocab_size)
         detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: token id " +
-                                                      std::to_string(id) + " is outside the vocabulary");
+                                                      std::to_string(id) +
+                                                      " is outside the vocabulary");
       for (int64_t i = 0; i < d; ++i)
         x[t * d + i] = head_bf16_ ? bf16_bits_to_f32(emb_bf16_[static_cast<size_t>(id * d + i)])
                                   : emb_f32_[static_cast<size_t>(id * d + i)];
@@ -183,8 +193,10 @@ class CpuBackend final : public Backend {
 
   MemoryReport memory() const override {
     MemoryReport r;
-    const int64_t emb = static_cast<int64_t>(head_bf16_ ? emb_bf16_.size() * 2 : emb_f32_.size() * 4);
-    r.resident_weight_bytes = emb + output_->weight_bytes() + static_cast<int64_t>(out_norm_.size()) * 4;
+    const int64_t emb =
+        static_cast<int64_t>(head_bf16_ ? emb_bf16_.size() * 2 : emb_f32_.size() * 4);
+    r.resident_weight_bytes =
+        emb + output_->weight_bytes() + static_cast<int64_t>(out_norm_.size()) * 4;
     // A decode step reads one embedding row, every block weight and the output projection.
     r.decode_weight_bytes = output_->weight_bytes() + static_cast<int64_t>(out_norm_.size()) * 4;
     for (const Layer& L : layers_) {
@@ -202,10 +214,11 @@ class CpuBackend final : public Backend {
 
   std::string describe() const override {
     std::string s = "cpu backend, " + std::to_string(pool_.size()) + " threads, " +
-                    std::to_string(n_layers_) + "/" + std::to_string(c_.n_layers) + " layers, KV cache " +
-                    std::to_string(max_ctx_) + " tokens (f32)\n";
+                    std::to_string(n_layers_) + "/" + std::to_string(c_.n_layers) +
+                    " layers, KV cache " + std::to_string(max_ctx_) + " tokens (f32)\n";
     s += "  embedding, output: " + output_->mode() + "\n";
-    if (!layers_.empty()) s += "  block linears (q k v o gate up down): " + layers_[0].wq->mode() + "\n";
+    if (!layers_.empty())
+      s += "  block linears (q k v o gate up down): " + layers_[0].wq->mode() + "\n";
     return s;
   }
 
@@ -227,7 +240,8 @@ class CpuBackend final : public Backend {
 
   // Causal attention of m query tokens at positions pos.. over the cache; one (token, head)
   // pair per task.
-  void attention(const float* q, const float* kc, const float* vc, int64_t m, int64_t pos, float* out) {
+  void attention(const float* q, const float* kc, const float* vc, int64_t m, int64_t pos,
+                 float* out) {
     const int64_t hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
     const int64_t group = c_.n_heads / c_.n_kv_heads;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -260,8 +274,10 @@ class CpuBackend final : public Backend {
     };
     // One decode step over a short cache is too little work to wake the pool for.
     const int64_t work = m * c_.n_heads * (pos + m) * hd;
-    if (work >= (int64_t{1} << 20)) pool_.parallel_for(m * c_.n_heads, run);
-    else run(0, m * c_.n_heads);
+    if (work >= (int64_t{1} << 20))
+      pool_.parallel_for(m * c_.n_heads, run);
+    else
+      run(0, m * c_.n_heads);
   }
 
   ModelConfig c_;
@@ -273,8 +289,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Linear> output_;
   std::vector<float> out_norm_;
   std::vector<Layer> layers_;
-  std::vector<float> k_cache_, v_cache_;  // (layer, position, kv_head·hd)
-  std::vector<float> cos_, sin_;           // (position, hd/2)
+  std::vector<float> k_cache_, v_cache_;                        // (layer, position, kv_head·hd)
+  std::vector<float> cos_, sin_;                                // (position, hd/2)
   std::vector<float> x_, h_, q_, k_, v_, att_, o_, gate_, up_;  // scratch, reused across calls
 };
 
@@ -284,9 +300,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& fil
                                       const BackendOptions& options) {
   if (device == "cpu") return std::make_unique<CpuBackend>(files, options);
   if (device == "cuda" || device.rfind("cuda:", 0) == 0)
-    detail::fail(ErrorCode::unsupported,
-                 "nibble::llm: the CUDA backend of the runner is not implemented yet (use --device cpu)");
-  detail::fail(ErrorCode::invalid_argument, "nibble::llm: unknown device '" + device + "' (cpu, cuda)");
+    detail::fail(
+        ErrorCode::unsupported,
+        "nibble::llm: the CUDA backend of the runner is not implemented yet (use --device cpu)");
+  detail::fail(ErrorCode::invalid_argument,
+               "nibble::llm: unknown device '" + device + "' (cpu, cuda)");
 }
 
 }  // namespace nibble::llm

@@ -9,9 +9,11 @@ namespace nibble::llm {
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, const char* who) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) detail::fail(ErrorCode::io_error, std::string(who) + ": " + path + ": cannot open the file");
+  if (!f)
+    detail::fail(ErrorCode::io_error, std::string(who) + ": " + path + ": cannot open the file");
   const std::streamoff size = f.tellg();
-  if (size < 0) detail::fail(ErrorCode::io_error, std::string(who) + ": " + path + ": cannot read its size");
+  if (size < 0)
+    detail::fail(ErrorCode::io_error, std::string(who) + ": " + path + ": cannot read its size");
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   f.seekg(0);
   if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size))

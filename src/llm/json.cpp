@@ -30,8 +30,8 @@ class JsonParser {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const {
-    detail::fail(ErrorCode::invalid_argument, "nibble::llm::Json: " + what_ + ": " + msg +
-                                                  " at byte " + std::to_string(pos_));
+    detail::fail(ErrorCode::invalid_argument,
+                 "nibble::llm::Json: " + what_ + ": " + msg + " at byte " + std::to_string(pos_));
   }
 
   void skip_ws() {
@@ -56,8 +56,12 @@ class JsonParser {
     skip_ws();
     Json v;
     switch (peek()) {
-      case '{': object(v, depth); break;
-      case '[': array(v, depth); break;
+      case '{':
+        object(v, depth);
+        break;
+      case '[':
+        array(v, depth);
+        break;
       case '"':
         v.kind_ = Json::Kind::string;
         v.string_ = string();
@@ -71,8 +75,12 @@ class JsonParser {
         expect_literal("false");
         v.kind_ = Json::Kind::boolean;
         break;
-      case 'n': expect_literal("null"); break;
-      default: number(v); break;
+      case 'n':
+        expect_literal("null");
+        break;
+      default:
+        number(v);
+        break;
     }
     return v;
   }
@@ -134,10 +142,14 @@ class JsonParser {
     for (int i = 0; i < 4; ++i) {
       const char c = s_[pos_++];
       u <<= 4;
-      if (c >= '0' && c <= '9') u |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') u |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') u |= static_cast<unsigned>(c - 'A' + 10);
-      else fail("invalid hex digit in a \\u escape");
+      if (c >= '0' && c <= '9')
+        u |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        u |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        u |= static_cast<unsigned>(c - 'A' + 10);
+      else
+        fail("invalid hex digit in a \\u escape");
     }
     return u;
   }
@@ -178,14 +190,30 @@ class JsonParser {
       const char e = peek();
       ++pos_;
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           unsigned cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) fail("lone low surrogate in a \\u escape");
@@ -199,7 +227,9 @@ class JsonParser {
           append_utf8(out, cp);
           break;
         }
-        default: --pos_; fail("invalid escape in a string");
+        default:
+          --pos_;
+          fail("invalid escape in a string");
       }
     }
   }
@@ -255,12 +285,18 @@ Json Json::parse(std::string_view text, const std::string& what) {
 
 const char* Json::to_string(Kind k) {
   switch (k) {
-    case Kind::null: return "null";
-    case Kind::boolean: return "a boolean";
-    case Kind::number: return "a number";
-    case Kind::string: return "a string";
-    case Kind::array: return "an array";
-    case Kind::object: return "an object";
+    case Kind::null:
+      return "null";
+    case Kind::boolean:
+      return "a boolean";
+    case Kind::number:
+      return "a number";
+    case Kind::string:
+      return "a string";
+    case Kind::array:
+      return "an array";
+    case Kind::object:
+      return "an object";
   }
   return "?";
 }

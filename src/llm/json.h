@@ -41,7 +41,7 @@ class Json {
   double number() const;
   int64_t integer() const;  ///< only when is_int()
   const std::string& string() const;
-  const std::vector<Json>& items() const;                           ///< array elements
+  const std::vector<Json>& items() const;                            ///< array elements
   const std::vector<std::pair<std::string, Json>>& members() const;  ///< object, file order
   /// The member named `key`, or nullptr (objects only).
   const Json* find(std::string_view key) const;

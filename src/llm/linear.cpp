@@ -161,12 +161,19 @@ class NibbleLinear final : public Linear {
 
   NibbleLinear(const LinearFormat& f, const std::string& name, QuantizedWeight qw, int64_t k,
                ThreadPool* pool)
-      : format_(f), name_(name), n_(qw.n), k_(k), kp_(padded_k(name, k)), qw_(std::move(qw)), pool_(pool) {
+      : format_(f),
+        name_(name),
+        n_(qw.n),
+        k_(k),
+        kp_(padded_k(name, k)),
+        qw_(std::move(qw)),
+        pool_(pool) {
     if (!(qw_.format == f.weight) || qw_.k != kp_)
       detail::fail(ErrorCode::invalid_argument,
-                   "nibble::llm::make_quantized_linear: weights of format " + to_string(qw_.format) +
-                       " with K = " + std::to_string(qw_.k) + " do not fit " + name + " with K = " +
-                       std::to_string(k) + " (padded " + std::to_string(kp_) + ")");
+                   "nibble::llm::make_quantized_linear: weights of format " +
+                       to_string(qw_.format) + " with K = " + std::to_string(qw_.k) +
+                       " do not fit " + name + " with K = " + std::to_string(k) + " (padded " +
+                       std::to_string(kp_) + ")");
   }
 
   void forward(const float* x, int64_t m, float* y) const override {
@@ -194,8 +201,10 @@ class NibbleLinear final : public Linear {
           call(weight_rows(wv, r0, r1), yc);
         }
       };
-      if (chunks > 1) pool_->parallel_for(chunks, part);
-      else part(0, 1);
+      if (chunks > 1)
+        pool_->parallel_for(chunks, part);
+      else
+        part(0, 1);
     };
     if (format_.act == ActScheme::none) {
       // Weight-only formats: the activations enter as bf16, as they would on the GPU.
@@ -253,8 +262,9 @@ void check_weight_mode(const std::string& mode) {
 int64_t padded_k(const std::string& mode, int64_t k) {
   if (mode == "f32" || mode == "bf16") return k;
   const LinearFormat f = parse_linear_format(mode);
-  const int64_t g = f.weight.per_channel() ? (dtype_bits(weight_value_dtype(f.weight.scheme)) == 4 ? 2 : 1)
-                                           : f.weight.group_size;
+  const int64_t g = f.weight.per_channel()
+                        ? (dtype_bits(weight_value_dtype(f.weight.scheme)) == 4 ? 2 : 1)
+                        : f.weight.group_size;
   return (k + g - 1) / g * g;
 }
 
@@ -262,7 +272,8 @@ std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, Quantized
                                               int64_t k, ThreadPool* pool) {
   check_weight_mode(mode);
   if (mode == "f32" || mode == "bf16")
-    detail::fail(ErrorCode::invalid_argument, "nibble::llm::make_quantized_linear: '" + mode + "' is not a quantized format");
+    detail::fail(ErrorCode::invalid_argument,
+                 "nibble::llm::make_quantized_linear: '" + mode + "' is not a quantized format");
   return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, std::move(qw), k, pool);
 }
 
@@ -291,7 +302,8 @@ int64_t StrategyLinear::resident_bytes() const {
 }
 
 std::string StrategyLinear::mode() const {
-  return decode_ ? prefill_->mode() + " prefill / " + decode_->mode() + " decode" : prefill_->mode();
+  return decode_ ? prefill_->mode() + " prefill / " + decode_->mode() + " decode"
+                 : prefill_->mode();
 }
 
 // ---- thread pool --------------------------------------------------------------------------------
@@ -307,7 +319,8 @@ struct ThreadPool::State {
   std::vector<std::thread> workers;
 };
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)), state_(std::make_unique<State>()) {
+ThreadPool::ThreadPool(int threads)
+    : threads_(std::max(1, threads)), state_(std::make_unique<State>()) {
   for (int t = 1; t < threads_; ++t)
     state_->workers.emplace_back([this, t] {
       State& s = *state_;

@@ -64,13 +64,16 @@ std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, Quantized
 struct LinearStrategy {
   std::string prefill = "bf16";
   std::string decode = "bf16";
-  std::string describe() const { return prefill == decode ? prefill : prefill + " prefill / " + decode + " decode"; }
+  std::string describe() const {
+    return prefill == decode ? prefill : prefill + " prefill / " + decode + " decode";
+  }
 };
 
 /// A layer under a strategy: one Linear per distinct mode, chosen by M.
 class StrategyLinear final : public Linear {
  public:
-  StrategyLinear(const LinearStrategy& s, std::vector<float> w, int64_t n, int64_t k, ThreadPool* pool);
+  StrategyLinear(const LinearStrategy& s, std::vector<float> w, int64_t n, int64_t k,
+                 ThreadPool* pool);
   /// One layer for both phases (e.g. pre-quantized weights).
   explicit StrategyLinear(std::unique_ptr<Linear> both) : prefill_(std::move(both)) {}
   void forward(const float* x, int64_t m, float* y) const override;

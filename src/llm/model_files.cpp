@@ -32,8 +32,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 void check_shape(const std::string& what, const std::string& name, const std::vector<int64_t>& got,
                  std::initializer_list<int64_t> want) {
   if (!std::equal(got.begin(), got.end(), want.begin(), want.end()))
-    fail_model(what + ": tensor '" + name + "' has shape " + shape_str(got) + ", the config needs " +
-               shape_str(std::vector<int64_t>(want)));
+    fail_model(what + ": tensor '" + name + "' has shape " + shape_str(got) +
+               ", the config needs " + shape_str(std::vector<int64_t>(want)));
 }
 
 // Which layer and role a canonical name has: "blk.3.attn_q.weight" → (3, "attn_q").
@@ -57,7 +57,8 @@ class GgufSource final : public WeightSource {
   std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
     const GgufTensorInfo& t = g_.tensor(name);
     std::vector<int64_t> dims;  // GGUF lists the innermost dimension first
-    for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) dims.push_back(static_cast<int64_t>(*it));
+    for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it)
+      dims.push_back(static_cast<int64_t>(*it));
     check_shape("GGUF", name, dims, shape);
     std::vector<float> w = g_.dequantize(t);
     bool is_q = false;
@@ -84,11 +85,16 @@ const char* const kQuantParts[] = {"qweight", "scales", "zeros", "group_scales"}
 // The safetensors dtype a quantized buffer is stored in: 4-bit values as their packed bytes.
 std::string stored_dtype(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::s8: return "I8";
-    default: return "U8";  // u8, and s4/u4 packed two per byte
+    case DType::f32:
+      return "F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::s8:
+      return "I8";
+    default:
+      return "U8";  // u8, and s4/u4 packed two per byte
   }
 }
 
@@ -138,18 +144,22 @@ class SafetensorsSource final : public WeightSource {
       auto it = index_.find(name + ":" + kQuantParts[i]);
       if (!buf.defined()) {
         if (it != index_.end())
-          fail_model("'" + name + "' has a " + kQuantParts[i] + " tensor its format " + format_ + " does not use");
+          fail_model("'" + name + "' has a " + kQuantParts[i] + " tensor its format " + format_ +
+                     " does not use");
         continue;
       }
-      if (it == index_.end()) fail_model("'" + name + "' lacks its " + std::string(kQuantParts[i]) + " tensor");
+      if (it == index_.end())
+        fail_model("'" + name + "' lacks its " + std::string(kQuantParts[i]) + " tensor");
       const auto& [f, t] = it->second;
-      std::vector<int64_t> want(buf.view().shape.begin(), buf.view().shape.begin() + buf.view().rank);
+      std::vector<int64_t> want(buf.view().shape.begin(),
+                                buf.view().shape.begin() + buf.view().rank);
       if (dtype_bits(buf.view().dtype) == 4) want.back() /= 2;  // stored as packed bytes
       if (t->dtype != stored_dtype(buf.view().dtype) || t->shape != want ||
           static_cast<int64_t>(t->end - t->begin) != buf.nbytes())
-        fail_model(files_[f].what() + ": '" + t->name + "' is " + t->dtype + " " + shape_str(t->shape) +
-                   ", " + format_ + " with n = " + std::to_string(n) + ", k = " + std::to_string(kp) +
-                   " needs " + stored_dtype(buf.view().dtype) + " " + shape_str(want));
+        fail_model(files_[f].what() + ": '" + t->name + "' is " + t->dtype + " " +
+                   shape_str(t->shape) + ", " + format_ + " with n = " + std::to_string(n) +
+                   ", k = " + std::to_string(kp) + " needs " + stored_dtype(buf.view().dtype) +
+                   " " + shape_str(want));
       std::memcpy(buf.data(), files_[f].data(*t), static_cast<size_t>(buf.nbytes()));
     }
     return qw;
@@ -232,7 +242,8 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
   ModelFiles m;
   m.path = dir.string();
   const fs::path config = dir / "config.json";
-  if (!fs::is_regular_file(config)) fail_model(dir.string() + ": no config.json", ErrorCode::io_error);
+  if (!fs::is_regular_file(config))
+    fail_model(dir.string() + ": no config.json", ErrorCode::io_error);
   const std::string config_text = read_text_file(config.string(), "nibble::llm::open_model");
   m.config = ModelConfig::from_hf_json(config_text, config.string());
   if (m.config.name.empty()) m.config.name = dir.filename().string();
@@ -243,12 +254,15 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
   if (fs::is_regular_file(single)) {
     shards.push_back(single.string());
   } else if (fs::is_regular_file(index)) {
-    const Json j = Json::parse(read_text_file(index.string(), "nibble::llm::open_model"), index.string());
+    const Json j =
+        Json::parse(read_text_file(index.string(), "nibble::llm::open_model"), index.string());
     const Json* map = j.is_object() ? j.find("weight_map") : nullptr;
     if (map == nullptr || !map->is_object()) fail_model(index.string() + ": no weight_map object");
     for (const auto& [name, file] : map->members()) {
-      if (!file.is_string() || file.string().find('/') != std::string::npos || file.string().empty())
-        fail_model(index.string() + ": weight_map['" + name + "'] is not a file name in the directory");
+      if (!file.is_string() || file.string().find('/') != std::string::npos ||
+          file.string().empty())
+        fail_model(index.string() + ": weight_map['" + name +
+                   "'] is not a file name in the directory");
       if (std::find(shards.begin(), shards.end(), (dir / file.string()).string()) == shards.end())
         shards.push_back((dir / file.string()).string());
     }
@@ -277,7 +291,8 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
         fail_model(config.string() + ": '" + key + "' is not a token id of the vocabulary");
       return static_cast<int32_t>(v->integer());
     };
-    t.set_bos_eos(id_of("bos_token_id", t.bos_id()), id_of("eos_token_id", t.eos_id()), t.add_bos());
+    t.set_bos_eos(id_of("bos_token_id", t.bos_id()), id_of("eos_token_id", t.eos_id()),
+                  t.add_bos());
     m.tokenizer = std::move(t);
   }
   return m;
@@ -296,9 +311,12 @@ std::string hf_tensor_name(const std::string& c) {
   static const std::map<std::string, std::string> roles = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
   if (c.rfind("blk.", 0) != 0) return "";
@@ -344,7 +362,8 @@ void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std
     for (int i = 0; i < 4; ++i) {
       const Tensor& buf = *parts[i];
       if (!buf.defined()) continue;
-      std::vector<int64_t> shape(buf.view().shape.begin(), buf.view().shape.begin() + buf.view().rank);
+      std::vector<int64_t> shape(buf.view().shape.begin(),
+                                 buf.view().shape.begin() + buf.view().rank);
       if (dtype_bits(buf.view().dtype) == 4) shape.back() /= 2;
       const auto* b = static_cast<const uint8_t*>(buf.data());
       out.push_back({stem + "." + kQuantParts[i], stored_dtype(buf.view().dtype), shape,
@@ -371,7 +390,8 @@ void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std
   fs::create_directories(dir, ec);
   if (ec) fail_model(dir + ": cannot create the directory", ErrorCode::io_error);
   write_safetensors((fs::path(dir) / "model.safetensors").string(), out,
-                    {{"nibble.format", format}, {"nibble.version", build_info().version},
+                    {{"nibble.format", format},
+                     {"nibble.version", build_info().version},
                      {"nibble.source", m.path}});
   auto write_text = [&](const char* file, const std::string& text) {
     std::ofstream f(fs::path(dir) / file, std::ios::binary);
@@ -428,7 +448,8 @@ ModelFiles open_model(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) return open_hf_dir(path);
-  if (!fs::is_regular_file(path, ec)) fail_model(path + ": no such file or directory", ErrorCode::io_error);
+  if (!fs::is_regular_file(path, ec))
+    fail_model(path + ": no such file or directory", ErrorCode::io_error);
   if (fs::path(path).filename() == "config.json") return open_hf_dir(fs::path(path).parent_path());
   GgufFile g = GgufFile::open(path);
   ModelFiles m;

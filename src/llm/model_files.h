@@ -39,7 +39,8 @@ class WeightSource {
   virtual ~WeightSource() = default;
   /// The tensor `name` as f32, row-major; throws nibble::Error naming the tensor when it is
   /// missing or its shape is not `shape`.
-  virtual std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) = 0;
+  virtual std::vector<float> load(const std::string& name,
+                                  std::initializer_list<int64_t> shape) = 0;
   /// Whether the source has a tensor of this name.
   virtual bool has(const std::string& name) const = 0;
   /// The stored form of the weights, e.g. "GGUF Q4_1 (210 tensors), Q8_0 (1), F32 (61)".
@@ -59,8 +60,8 @@ struct ModelFiles {
   ModelConfig config;
   std::optional<Tokenizer> tokenizer;  ///< absent for random weights
   std::unique_ptr<WeightSource> weights;
-  std::string path;                    ///< what was opened
-  int64_t file_bytes = 0;              ///< bytes of the weight files (0 for random weights)
+  std::string path;        ///< what was opened
+  int64_t file_bytes = 0;  ///< bytes of the weight files (0 for random weights)
 };
 
 /// Opens a .gguf file, or a directory (or its config.json) of a Hugging Face checkpoint.

@@ -26,7 +26,8 @@ int32_t argmax(std::span<const float> v) {
 Sampler::Sampler(const SamplingOptions& o) : o_(o), rng_(o.seed) {
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
     detail::fail(ErrorCode::invalid_argument, "nibble::llm::Sampler: temperature must be ≥ 0");
-  if (o.top_k < 0) detail::fail(ErrorCode::invalid_argument, "nibble::llm::Sampler: top_k must be ≥ 0");
+  if (o.top_k < 0)
+    detail::fail(ErrorCode::invalid_argument, "nibble::llm::Sampler: top_k must be ≥ 0");
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     detail::fail(ErrorCode::invalid_argument, "nibble::llm::Sampler: top_p must be in (0, 1]");
 }
@@ -42,7 +43,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
   size_t keep = cand_.size();
   if (o_.top_k > 0 && static_cast<size_t>(o_.top_k) < keep) {
     keep = static_cast<size_t>(o_.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep), cand_.end(), by_logit);
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep), cand_.end(),
+                      by_logit);
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
@@ -86,14 +88,15 @@ double GenerateResult::decode_tokens_per_second() const {
 GenerateResult generate(Backend& backend, std::span<const int32_t> prompt, int64_t max_new,
                         const SamplingOptions& sampling, const std::function<bool(int32_t)>& stop,
                         const std::function<void(int32_t)>& on_token) {
-  if (prompt.empty()) detail::fail(ErrorCode::invalid_argument, "nibble::llm::generate: the prompt has no tokens");
+  if (prompt.empty())
+    detail::fail(ErrorCode::invalid_argument, "nibble::llm::generate: the prompt has no tokens");
   if (max_new < 0) detail::fail(ErrorCode::invalid_argument, "nibble::llm::generate: max_new < 0");
   const auto np = static_cast<int64_t>(prompt.size());
   if (np + max_new > backend.max_context())
     detail::fail(ErrorCode::out_of_range,
-                 "nibble::llm::generate: " + std::to_string(np) + " prompt + " + std::to_string(max_new) +
-                     " new tokens exceed the context of " + std::to_string(backend.max_context()) +
-                     " (raise --ctx-size)");
+                 "nibble::llm::generate: " + std::to_string(np) + " prompt + " +
+                     std::to_string(max_new) + " new tokens exceed the context of " +
+                     std::to_string(backend.max_context()) + " (raise --ctx-size)");
   GenerateResult r;
   if (max_new == 0) return r;
   Sampler sampler(sampling);
@@ -125,12 +128,14 @@ double PerplexityResult::perplexity() const {
 }
 
 PerplexityResult perplexity(Backend& backend, std::span<const int32_t> tokens, int64_t ctx,
-                            int32_t bos, const std::function<void(const PerplexityResult&)>& on_window) {
+                            int32_t bos,
+                            const std::function<void(const PerplexityResult&)>& on_window) {
   const int64_t slots = ctx - (bos >= 0 ? 1 : 0);  // text tokens per window
   if (ctx < 2 || ctx > backend.max_context() || slots < 2)
-    detail::fail(ErrorCode::invalid_argument,
-                 "nibble::llm::perplexity: the window of " + std::to_string(ctx) +
-                     " tokens must be in [2, " + std::to_string(backend.max_context()) + "] (with BOS, 3)");
+    detail::fail(ErrorCode::invalid_argument, "nibble::llm::perplexity: the window of " +
+                                                  std::to_string(ctx) + " tokens must be in [2, " +
+                                                  std::to_string(backend.max_context()) +
+                                                  "] (with BOS, 3)");
   PerplexityResult r;
   const double t0 = now_seconds();
   std::vector<int32_t> window;

@@ -55,8 +55,8 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt, int64
                         const std::function<void(int32_t)>& on_token = {});
 
 struct PerplexityResult {
-  double nll_sum = 0;       ///< Σ −log p(token | its window so far), natural log
-  int64_t scored = 0;       ///< tokens scored
+  double nll_sum = 0;  ///< Σ −log p(token | its window so far), natural log
+  int64_t scored = 0;  ///< tokens scored
   int64_t windows = 0;
   double seconds = 0;
   double perplexity() const;  ///< exp(nll_sum / scored)

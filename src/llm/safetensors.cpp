@@ -26,8 +26,7 @@ int safetensors_dtype_bytes(const std::string& dtype) {
   if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
   if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
   if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" ||
-      dtype == "F8_E5M2")
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2")
     return 1;
   return 0;
 }
@@ -56,8 +55,9 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
     fail_file(what, "header size " + std::to_string(header_bytes) + " exceeds the limit of " +
                         std::to_string(kMaxHeaderBytes) + " bytes");
   if (header_bytes > size - 8)
-    fail_file(what, "truncated: the header claims " + std::to_string(header_bytes) +
-                        " bytes, the file has " + std::to_string(size - 8) + " after the size",
+    fail_file(what,
+              "truncated: the header claims " + std::to_string(header_bytes) +
+                  " bytes, the file has " + std::to_string(size - 8) + " after the size",
               ErrorCode::io_error);
   f.data_start_ = 8 + header_bytes;
   const uint64_t data_size = size - f.data_start_;
@@ -93,13 +93,15 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
     constexpr uint64_t kLimit = uint64_t{1} << 62;
     uint64_t numel = 1;
     for (const Json& d : shape->items()) {
-      if (!d.is_int() || d.integer() < 0) fail_file(what, ctx + " has a non-integer or negative dimension");
+      if (!d.is_int() || d.integer() < 0)
+        fail_file(what, ctx + " has a non-integer or negative dimension");
       const auto dim = static_cast<uint64_t>(d.integer());
       if (dim != 0 && numel > kLimit / dim) fail_file(what, ctx + " has a shape too large");
       numel *= dim;
       t.shape.push_back(d.integer());
     }
-    if (numel > kLimit / static_cast<uint64_t>(elem)) fail_file(what, ctx + " has a shape too large");
+    if (numel > kLimit / static_cast<uint64_t>(elem))
+      fail_file(what, ctx + " has a shape too large");
     for (const Json& o : offsets->items())
       if (!o.is_int() || o.integer() < 0)
         fail_file(what, ctx + " has a non-integer or negative data offset");
@@ -110,9 +112,9 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
       fail_file(what, ctx + " has " + std::to_string(t.end - t.begin) + " bytes of data, its " +
                           t.dtype + " shape needs " + std::to_string(numel * elem));
     if (t.end > data_size)
-      fail_file(what, ctx + " (bytes " + std::to_string(t.begin) + ".." + std::to_string(t.end) +
-                          ") lies outside the data section of " + std::to_string(data_size) +
-                          " bytes",
+      fail_file(what,
+                ctx + " (bytes " + std::to_string(t.begin) + ".." + std::to_string(t.end) +
+                    ") lies outside the data section of " + std::to_string(data_size) + " bytes",
                 ErrorCode::io_error);
     f.tensors_.push_back(std::move(t));
   }
@@ -124,8 +126,8 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::st
   });
   for (size_t i = 1; i < by_begin.size(); ++i)
     if (by_begin[i]->begin < by_begin[i - 1]->end)
-      fail_file(what, "tensors '" + by_begin[i - 1]->name + "' and '" + by_begin[i]->name +
-                          "' overlap");
+      fail_file(what,
+                "tensors '" + by_begin[i - 1]->name + "' and '" + by_begin[i]->name + "' overlap");
   return f;
 }
 
@@ -165,8 +167,11 @@ std::vector<float> SafetensorsFile::to_f32(const SafetensorsTensor& t) const {
       out[i] = static_cast<float>(d);
     }
   } else {
-    fail_file(what_, "tensor '" + t.name + "' is " + t.dtype + ", not a float type (F32, F16, "
-                     "BF16, F64)", ErrorCode::unsupported);
+    fail_file(what_,
+              "tensor '" + t.name + "' is " + t.dtype +
+                  ", not a float type (F32, F16, "
+                  "BF16, F64)",
+              ErrorCode::unsupported);
   }
   return out;
 }
@@ -208,7 +213,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   f.write(reinterpret_cast<const char*>(&n), 8);
   f.write(h.data(), static_cast<std::streamsize>(h.size()));
   for (const auto& t : tensors)
-    f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+    f.write(reinterpret_cast<const char*>(t.bytes.data()),
+            static_cast<std::streamsize>(t.bytes.size()));
   if (!f) detail::fail(ErrorCode::io_error, "nibble::llm::write_safetensors: cannot write " + path);
 }
 

@@ -19,9 +19,9 @@ namespace nibble::llm {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;           ///< as in the file: "F32", "BF16", "I8", ...
-  std::vector<int64_t> shape;  ///< row-major, outermost first
-  uint64_t begin = 0, end = 0; ///< byte range in the data section
+  std::string dtype;            ///< as in the file: "F32", "BF16", "I8", ...
+  std::vector<int64_t> shape;   ///< row-major, outermost first
+  uint64_t begin = 0, end = 0;  ///< byte range in the data section
   int64_t numel() const;
 };
 

@@ -28,8 +28,10 @@ bool in_ranges(const CodepointRange (&r)[N], uint32_t cp) {
   size_t lo = 0, hi = N;
   while (lo < hi) {  // first range whose hi >= cp
     const size_t mid = (lo + hi) / 2;
-    if (r[mid].hi < cp) lo = mid + 1;
-    else hi = mid;
+    if (r[mid].hi < cp)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < N && r[lo].lo <= cp;
 }
@@ -69,7 +71,11 @@ std::vector<Cp> decode_utf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const int extra = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+    const int extra = c < 0x80         ? 0
+                      : (c >> 5) == 6  ? 1
+                      : (c >> 4) == 14 ? 2
+                      : (c >> 3) == 30 ? 3
+                                       : -1;
     uint32_t cp = extra == 0 ? c : 0xFFFD, len = 1;
     if (extra > 0 && i + static_cast<size_t>(extra) < s.size()) {
       uint32_t v = c & (0x3Fu >> extra);
@@ -134,7 +140,7 @@ const std::array<int, 512>& cp_to_byte() {
   return table;
 }
 
-// ---- pre-tokenizers -------------------------------------------------------------------------------
+// ---- pre-tokenizers -----------------------------------------------------------------------------
 
 // GPT-2's pattern, matched by hand on code points (as llama.cpp does):
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -260,7 +266,7 @@ std::string byte_token_name(unsigned b) {
 
 }  // namespace
 
-// ---- construction ---------------------------------------------------------------------------------
+// ---- construction -------------------------------------------------------------------------------
 
 void Tokenizer::finish() {
   const auto n = static_cast<int32_t>(tokens_.size());
@@ -270,13 +276,16 @@ void Tokenizer::finish() {
   index_.reserve(tokens_.size());
   for (int32_t i = 0; i < n; ++i) index_.emplace(tokens_[static_cast<size_t>(i)], i);
   for (int32_t id : {bos_id_, eos_id_, unk_id_})
-    if (id >= n) fail_tok("special token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n));
+    if (id >= n)
+      fail_tok("special token id " + std::to_string(id) + " is outside the vocabulary of " +
+               std::to_string(n));
   merges_.clear();
   for (size_t r = 0; r < merge_pairs_.size(); ++r) {
     const auto& [a, b] = merge_pairs_[r];
     const int32_t ia = find(a), ib = find(b), im = find(a + b);
     if (ia < 0 || ib < 0 || im < 0) continue;  // as llama.cpp: a merge outside the vocab is inert
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia)) << 32) | static_cast<uint32_t>(ib);
+    const uint64_t key =
+        (static_cast<uint64_t>(static_cast<uint32_t>(ia)) << 32) | static_cast<uint32_t>(ib);
     merges_.emplace(key, std::make_pair(static_cast<int32_t>(r), im));
   }
   byte_token_.assign(256, -1);
@@ -295,9 +304,10 @@ void Tokenizer::finish() {
   for (int32_t i = 0; i < n; ++i)
     if (special_[static_cast<size_t>(i)] && !tokens_[static_cast<size_t>(i)].empty())
       specials_by_length_.push_back(i);
-  std::stable_sort(specials_by_length_.begin(), specials_by_length_.end(), [&](int32_t a, int32_t b) {
-    return tokens_[static_cast<size_t>(a)].size() > tokens_[static_cast<size_t>(b)].size();
-  });
+  std::stable_sort(
+      specials_by_length_.begin(), specials_by_length_.end(), [&](int32_t a, int32_t b) {
+        return tokens_[static_cast<size_t>(a)].size() > tokens_[static_cast<size_t>(b)].size();
+      });
   if (eos_id_ >= 0 && std::find(end_ids_.begin(), end_ids_.end(), eos_id_) == end_ids_.end())
     end_ids_.push_back(eos_id_);
 }
@@ -348,8 +358,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
     if (types->size() != n) fail_tok("tokenizer.ggml.token_type and tokens differ in length");
     for (size_t i = 0; i < n; ++i) {
       int64_t ty = 1;
-      if (const auto* u = std::get_if<uint64_t>(&(*types)[i])) ty = static_cast<int64_t>(*u);
-      else if (const auto* s = std::get_if<int64_t>(&(*types)[i])) ty = *s;
+      if (const auto* u = std::get_if<uint64_t>(&(*types)[i]))
+        ty = static_cast<int64_t>(*u);
+      else if (const auto* s = std::get_if<int64_t>(&(*types)[i]))
+        ty = *s;
       // llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
       t.special_[i] = ty == 3 || ty == 4 ? 1 : 0;
     }
@@ -364,19 +376,23 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
   if (kind == "gpt2") {
     t.model_ = Model::byte_bpe;
     t.add_bos_ = opt_bool("tokenizer.ggml.add_bos_token", false);
-    const std::string pre = md.count("tokenizer.ggml.pre") ? g.get_string("tokenizer.ggml.pre") : "default";
+    const std::string pre =
+        md.count("tokenizer.ggml.pre") ? g.get_string("tokenizer.ggml.pre") : "default";
     if (pre == "smollm" || pre == "starcoder" || pre == "refact" || pre == "codeshell" ||
         pre == "command-r" || pre == "exaone" || pre == "minerva")
       t.pre_split_ = PreSplit::gpt2_digits;
     else if (pre == "default" || pre == "gpt2" || pre == "mpt" || pre == "olmo" || pre == "jais")
       t.pre_split_ = PreSplit::gpt2;
     else
-      fail_tok("GGUF tokenizer.ggml.pre '" + pre + "' is not supported (gpt2, default, smollm, "
-               "starcoder, mpt, olmo, ...)", ErrorCode::unsupported);
+      fail_tok("GGUF tokenizer.ggml.pre '" + pre +
+                   "' is not supported (gpt2, default, smollm, "
+                   "starcoder, mpt, olmo, ...)",
+               ErrorCode::unsupported);
     for (const auto& v : *array("tokenizer.ggml.merges", true)) {
       const auto* s = std::get_if<std::string>(&v);
       const size_t sp = s == nullptr ? std::string::npos : s->find(' ', 1);
-      if (sp == std::string::npos) fail_tok("tokenizer.ggml.merges holds an entry that is not \"a b\"");
+      if (sp == std::string::npos)
+        fail_tok("tokenizer.ggml.merges holds an entry that is not \"a b\"");
       t.merge_pairs_.emplace_back(s->substr(0, sp), s->substr(sp + 1));
     }
   } else if (kind == "llama") {
@@ -500,7 +516,8 @@ Tokenizer Tokenizer::from_hf_json(std::string_view json_text, const std::string&
     // Llama-2 style: normalizer Prepend("▁") + Replace(" ", "▁"), byte fallback.
     t.model_ = Model::char_bpe;
     t.pre_split_ = PreSplit::none;
-    if (!byte_fallback) bad("a BPE model without ByteLevel needs byte_fallback", ErrorCode::unsupported);
+    if (!byte_fallback)
+      bad("a BPE model without ByteLevel needs byte_fallback", ErrorCode::unsupported);
     const Json* norm = root.find("normalizer");
     std::vector<const Json*> ns;
     if (norm != nullptr && norm->is_object()) {
@@ -522,10 +539,12 @@ Tokenizer Tokenizer::from_hf_json(std::string_view json_text, const std::string&
       } else if (name == "Replace") {
         replaces_space = true;
       } else {
-        bad("normalizer '" + name + "' is not supported (Prepend, Replace)", ErrorCode::unsupported);
+        bad("normalizer '" + name + "' is not supported (Prepend, Replace)",
+            ErrorCode::unsupported);
       }
     }
-    if (!replaces_space) bad("a byte-fallback BPE without Replace(' ', '▁') is not supported", ErrorCode::unsupported);
+    if (!replaces_space)
+      bad("a byte-fallback BPE without Replace(' ', '▁') is not supported", ErrorCode::unsupported);
   }
   // BOS from a post-processor that puts a special token first (TemplateProcessing).
   std::vector<const Json*> procs;
@@ -542,20 +561,22 @@ Tokenizer Tokenizer::from_hf_json(std::string_view json_text, const std::string&
     const Json* id = sp != nullptr && sp->is_object() ? sp->find("id") : nullptr;
     if (id == nullptr || !id->is_string()) continue;
     t.index_.clear();
-    for (size_t i = 0; i < t.tokens_.size(); ++i) t.index_.emplace(t.tokens_[i], static_cast<int32_t>(i));
+    for (size_t i = 0; i < t.tokens_.size(); ++i)
+      t.index_.emplace(t.tokens_[i], static_cast<int32_t>(i));
     t.bos_id_ = t.find(id->string());
     t.add_bos_ = t.bos_id_ >= 0;
   }
   if (t.unk_id_ == -2) {
     t.index_.clear();
-    for (size_t i = 0; i < t.tokens_.size(); ++i) t.index_.emplace(t.tokens_[i], static_cast<int32_t>(i));
+    for (size_t i = 0; i < t.tokens_.size(); ++i)
+      t.index_.emplace(t.tokens_[i], static_cast<int32_t>(i));
     t.unk_id_ = t.find(model->find("unk_token")->string());
   }
   t.finish();
   return t;
 }
 
-// ---- encoding -------------------------------------------------------------------------------------
+// ---- encoding -----------------------------------------------------------------------------------
 
 int32_t Tokenizer::find(std::string_view s) const {
   auto it = index_.find(std::string(s));
@@ -564,7 +585,8 @@ int32_t Tokenizer::find(std::string_view s) const {
 
 const std::string& Tokenizer::token(int32_t id) const {
   if (id < 0 || id >= vocab_size())
-    fail_tok("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_size()));
+    fail_tok("token id " + std::to_string(id) + " is outside the vocabulary of " +
+             std::to_string(vocab_size()));
   return tokens_[static_cast<size_t>(id)];
 }
 
@@ -578,8 +600,10 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
 
 void Tokenizer::byte_fallback(unsigned char byte, std::vector<int32_t>& out) const {
   const int32_t id = byte_token_[byte];
-  if (id >= 0) out.push_back(id);
-  else if (unk_id_ >= 0) out.push_back(unk_id_);
+  if (id >= 0)
+    out.push_back(id);
+  else if (unk_id_ >= 0)
+    out.push_back(unk_id_);
   // else: a character the vocabulary cannot express is dropped (no unk, no byte tokens)
 }
 
@@ -616,7 +640,8 @@ void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) con
     if (l < 0 || r < 0) return;
     const Symbol& a = sym[static_cast<size_t>(l)];
     const Symbol& b = sym[static_cast<size_t>(r)];
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(a.id)) << 32) | static_cast<uint32_t>(b.id);
+    const uint64_t key =
+        (static_cast<uint64_t>(static_cast<uint32_t>(a.id)) << 32) | static_cast<uint32_t>(b.id);
     auto it = merges_.find(key);
     if (it == merges_.end()) return;
     queue.push({static_cast<double>(it->second.first), l, r, a.len, b.len, it->second.second});
@@ -628,7 +653,8 @@ void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) con
     Symbol& a = sym[static_cast<size_t>(bg.left)];
     Symbol& b = sym[static_cast<size_t>(bg.right)];
     // Stale entries: a side was merged away or grew since the bigram was queued.
-    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len || b.len != bg.right_len)
+    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len ||
+        b.len != bg.right_len)
       continue;
     a.id = bg.merged;
     a.len += b.len;
@@ -670,7 +696,8 @@ void Tokenizer::spm_fragment(std::string_view text, std::vector<int32_t>& out) c
     queue.pop();
     Symbol& a = sym[static_cast<size_t>(bg.left)];
     Symbol& b = sym[static_cast<size_t>(bg.right)];
-    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len || b.len != bg.right_len)
+    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len ||
+        b.len != bg.right_len)
       continue;
     a.len += b.len;
     b.len = 0;
@@ -683,7 +710,8 @@ void Tokenizer::spm_fragment(std::string_view text, std::vector<int32_t>& out) c
     const Symbol& s = sym[static_cast<size_t>(i)];
     const std::string_view piece = text.substr(s.off, s.len);
     const int32_t id = find(piece);
-    if (id >= 0) out.push_back(id);
+    if (id >= 0)
+      out.push_back(id);
     else
       for (const char c : piece) byte_fallback(static_cast<unsigned char>(c), out);
   }
@@ -694,8 +722,12 @@ void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) co
     case Model::byte_bpe:
       for (std::string_view piece : split_pieces(text, pre_split_)) bpe_piece(piece, out);
       break;
-    case Model::char_bpe: bpe_piece(text, out); break;
-    case Model::sentencepiece: spm_fragment(text, out); break;
+    case Model::char_bpe:
+      bpe_piece(text, out);
+      break;
+    case Model::sentencepiece:
+      spm_fragment(text, out);
+      break;
   }
 }
 
@@ -743,7 +775,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_bos) co
   return out;
 }
 
-// ---- decoding -------------------------------------------------------------------------------------
+// ---- decoding -----------------------------------------------------------------------------------
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
@@ -756,15 +788,19 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     if (model_ == Model::byte_bpe) {
       for (const Cp& c : decode_utf8(t)) {
         const int b = c.cp < 512 ? cp_to_byte()[c.cp] : -1;
-        if (b >= 0) out += static_cast<char>(b);
-        else out += t.substr(c.off, c.len);
+        if (b >= 0)
+          out += static_cast<char>(b);
+        else
+          out += t.substr(c.off, c.len);
       }
       continue;
     }
     if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') {  // a byte token <0xXX>
       auto hex = [](char c) {
-        return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                              : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        return c >= '0' && c <= '9'   ? c - '0'
+               : c >= 'A' && c <= 'F' ? c - 'A' + 10
+               : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                      : -1;
       };
       const int hi = hex(t[3]), lo = hex(t[4]);
       if (hi >= 0 && lo >= 0) {
@@ -800,11 +836,15 @@ std::string Tokenizer::to_hf_json() const {
   const std::string space = json_quote(kSpmSpace);
   if (byte_level) {
     s += "\"normalizer\":null,\"pre_tokenizer\":";
-    const std::string bl = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}";
-    s += pre_split_ == PreSplit::gpt2_digits
-             ? "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true}," + bl + "]}"
-             : bl;
-    s += ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},";
+    const std::string bl =
+        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":"
+        "true}";
+    s += pre_split_ == PreSplit::gpt2_digits ? "{\"type\":\"Sequence\",\"pretokenizers\":[{"
+                                               "\"type\":\"Digits\",\"individual_digits\":true}," +
+                                                   bl + "]}"
+                                             : bl;
+    s += ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
+         "\"use_regex\":true},";
   } else {
     s += "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[";
     if (add_space_prefix_) s += "{\"type\":\"Prepend\",\"prepend\":" + space + "},";
@@ -813,16 +853,24 @@ std::string Tokenizer::to_hf_json() const {
   }
   if (add_bos()) {
     const std::string bos = json_quote(tokens_[static_cast<size_t>(bos_id_)]);
-    s += "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":" + bos +
-         ",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{\"SpecialToken\":{\"id\":" +
-         bos + ",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}],"
-         "\"special_tokens\":{" + bos + ":{\"id\":" + bos + ",\"ids\":[" + std::to_string(bos_id_) + "],\"tokens\":[" + bos + "]}}},";
+    s += "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{"
+         "\"id\":" +
+         bos +
+         ",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{"
+         "\"SpecialToken\":{\"id\":" +
+         bos +
+         ",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"Sequence\":{\"id\":\"B\","
+         "\"type_id\":1}}],"
+         "\"special_tokens\":{" +
+         bos + ":{\"id\":" + bos + ",\"ids\":[" + std::to_string(bos_id_) + "],\"tokens\":[" + bos +
+         "]}}},";
   } else {
     s += "\"post_processor\":null,";
   }
   s += "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":";
   s += unk_id_ >= 0 && !byte_level ? json_quote(tokens_[static_cast<size_t>(unk_id_)]) : "null";
-  s += ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_fallback\":";
+  s += ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_"
+       "fallback\":";
   s += byte_level ? "false" : "true";
   s += ",\"vocab\":{";
   first = true;
@@ -835,16 +883,17 @@ std::string Tokenizer::to_hf_json() const {
   }
   s += "},\"merges\":[";
   for (size_t r = 0; r < merge_pairs_.size(); ++r)
-    s += (r ? ",[" : "[") + json_quote(merge_pairs_[r].first) + "," + json_quote(merge_pairs_[r].second) + "]";
+    s += (r ? ",[" : "[") + json_quote(merge_pairs_[r].first) + "," +
+         json_quote(merge_pairs_[r].second) + "]";
   s += "]}}\n";
   return s;
 }
 
 std::string Tokenizer::describe() const {
-  const char* m = model_ == Model::byte_bpe ? "byte-level BPE"
+  const char* m = model_ == Model::byte_bpe   ? "byte-level BPE"
                   : model_ == Model::char_bpe ? "BPE with byte fallback"
                                               : "SentencePiece (scores)";
-  const char* p = pre_split_ == PreSplit::gpt2 ? "gpt2 regex"
+  const char* p = pre_split_ == PreSplit::gpt2          ? "gpt2 regex"
                   : pre_split_ == PreSplit::gpt2_digits ? "digits + gpt2 regex"
                                                         : "none";
   std::string s = std::string(m) + ", " + std::to_string(vocab_size()) + " tokens, " +

@@ -76,7 +76,7 @@ class Tokenizer {
   Model model_ = Model::byte_bpe;
   PreSplit pre_split_ = PreSplit::gpt2;
   std::vector<std::string> tokens_;
-  std::vector<float> scores_;   // sentencepiece
+  std::vector<float> scores_;     // sentencepiece
   std::vector<uint8_t> special_;  // per id: matched in text and skippable in decode
   std::vector<std::pair<std::string, std::string>> merge_pairs_;  // rank order
   std::unordered_map<std::string, int32_t> index_;

@@ -48,7 +48,8 @@ std::vector<double> matmul(const std::vector<float>& x, const std::vector<float>
 
 TEST(LlmLinear, FloatModesMatchFloat64) {
   const int64_t m = 5, n = 37, k = 70;  // odd sizes: the tails of the 8-wide dot products
-  const auto x = randn(static_cast<size_t>(m * k), 1), w = randn(static_cast<size_t>(n * k), 2, 0.05f);
+  const auto x = randn(static_cast<size_t>(m * k), 1),
+             w = randn(static_cast<size_t>(n * k), 2, 0.05f);
   ThreadPool pool(2);
   std::vector<float> y(static_cast<size_t>(m * n));
   make_linear("f32", w, n, k, &pool)->forward(x.data(), m, y.data());
@@ -62,7 +63,8 @@ TEST(LlmLinear, FloatModesMatchFloat64) {
 TEST(LlmLinear, NibbleFormatsEqualTheirDequantizedWeightsIncludingPaddedK) {
   // K = 576 (SmolLM2's hidden size) is not a multiple of 128: g128 formats pad W and x.
   const int64_t m = 3, n = 24, k = 576;
-  const auto x = randn(static_cast<size_t>(m * k), 3), w = randn(static_cast<size_t>(n * k), 4, 0.05f);
+  const auto x = randn(static_cast<size_t>(m * k), 3),
+             w = randn(static_cast<size_t>(n * k), 4, 0.05f);
   for (const char* mode : {"w4a16_g128", "w4a16_pc", "w8a16"}) {
     auto lin = make_linear(mode, w, n, k, nullptr);
     std::vector<float> y(static_cast<size_t>(m * n));
@@ -72,14 +74,16 @@ TEST(LlmLinear, NibbleFormatsEqualTheirDequantizedWeightsIncludingPaddedK) {
     const int64_t g = f.weight.per_channel() ? 2 : f.weight.group_size, kp = (k + g - 1) / g * g;
     Tensor wp = Tensor::empty(DType::f32, {n, kp});
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < kp; ++i) wp.view().ptr<float>()[r * kp + i] = i < k ? w[static_cast<size_t>(r * k + i)] : 0.0f;
+      for (int64_t i = 0; i < kp; ++i)
+        wp.view().ptr<float>()[r * kp + i] = i < k ? w[static_cast<size_t>(r * k + i)] : 0.0f;
     QuantizedWeight qw(f.weight, n, kp);
     quantize_weight(wp.view(), qw.view());
     Tensor deq = Tensor::empty(DType::f32, {n, kp});
     dequantize_weight(qw.view(), deq.view());
     std::vector<float> wd(static_cast<size_t>(n * k));
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < k; ++i) wd[static_cast<size_t>(r * k + i)] = deq.view().ptr<float>()[r * kp + i];
+      for (int64_t i = 0; i < k; ++i)
+        wd[static_cast<size_t>(r * k + i)] = deq.view().ptr<float>()[r * kp + i];
     std::vector<float> xb(x.size());
     for (size_t i = 0; i < x.size(); ++i) xb[i] = round_to_dtype(x[i], DType::bf16);
     EXPECT_LT(rel_err(y, matmul(xb, wd, m, n, k, false)), 1e-6) << mode;
@@ -88,20 +92,25 @@ TEST(LlmLinear, NibbleFormatsEqualTheirDequantizedWeightsIncludingPaddedK) {
 
 TEST(LlmLinear, QuantizedActivationFormatsAreCloseAndRowIndependent) {
   const int64_t m = 4, n = 40, k = 576;
-  const auto x = randn(static_cast<size_t>(m * k), 5), w = randn(static_cast<size_t>(n * k), 6, 0.05f);
+  const auto x = randn(static_cast<size_t>(m * k), 5),
+             w = randn(static_cast<size_t>(n * k), 6, 0.05f);
   const auto ref = matmul(x, w, m, n, k, false);
   ThreadPool pool(2);
   // Relative error of round-to-nearest on Gaussian weights and activations; measured about
   // 0.01 (8-bit), 0.12-0.14 (4-bit weights), 0.3 (4-bit both).
-  for (const auto& [mode, tol] : {std::pair<const char*, double>{"w8a8", 0.03}, {"w4a8_pc", 0.2},
-                                  {"w4a8_g128", 0.2}, {"w4a8_g64", 0.2}, {"w4a4_g128", 0.45}}) {
+  for (const auto& [mode, tol] : {std::pair<const char*, double>{"w8a8", 0.03},
+                                  {"w4a8_pc", 0.2},
+                                  {"w4a8_g128", 0.2},
+                                  {"w4a8_g64", 0.2},
+                                  {"w4a4_g128", 0.45}}) {
     auto lin = make_linear(mode, w, n, k, &pool);
     std::vector<float> y(static_cast<size_t>(m * n)), row(static_cast<size_t>(n));
     lin->forward(x.data(), m, y.data());
     EXPECT_LT(rel_err(y, ref), tol) << mode;
     for (int64_t r = 0; r < m; ++r) {  // one row alone gives the same numbers
       lin->forward(x.data() + r * k, 1, row.data());
-      for (int64_t c = 0; c < n; ++c) ASSERT_EQ(row[static_cast<size_t>(c)], y[static_cast<size_t>(r * n + c)]) << mode;
+      for (int64_t c = 0; c < n; ++c)
+        ASSERT_EQ(row[static_cast<size_t>(c)], y[static_cast<size_t>(r * n + c)]) << mode;
     }
   }
 }
@@ -122,7 +131,8 @@ TEST(LlmLinear, ThreadPoolCoversEveryIndexOnce) {
     });
     for (int h : hits) EXPECT_EQ(h, 1);
   }
-  EXPECT_EQ(dot_f32(std::vector<float>{1, 2, 3}.data(), std::vector<float>{4, 5, 6}.data(), 3), 32.0f);
+  EXPECT_EQ(dot_f32(std::vector<float>{1, 2, 3}.data(), std::vector<float>{4, 5, 6}.data(), 3),
+            32.0f);
 }
 
 }  // namespace

@@ -104,7 +104,8 @@ TEST(LlmConfig, FromGgufMetadataWithTiedEmbeddings) {
 }
 
 TEST(LlmModelFiles, TensorNamesAndTheGgufQkPermutation) {
-  EXPECT_EQ(canonical_tensor_name("model.layers.12.self_attn.k_proj.weight"), "blk.12.attn_k.weight");
+  EXPECT_EQ(canonical_tensor_name("model.layers.12.self_attn.k_proj.weight"),
+            "blk.12.attn_k.weight");
   EXPECT_EQ(canonical_tensor_name("model.layers.0.mlp.down_proj.weight"), "blk.0.ffn_down.weight");
   EXPECT_EQ(canonical_tensor_name("lm_head.weight"), "output.weight");
   EXPECT_EQ(canonical_tensor_name("model.layers.x.mlp.down_proj.weight"), "");
@@ -122,7 +123,8 @@ ModelConfig tiny_config() {
   ModelConfig c;
   c.name = "tiny";
   c.vocab_size = 97, c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 8;
-  c.ffn_dim = 48, c.max_context = 64, c.rope_theta = 10000.0, c.norm_eps = 1e-5, c.tied_embeddings = true;
+  c.ffn_dim = 48, c.max_context = 64, c.rope_theta = 10000.0, c.norm_eps = 1e-5,
+  c.tied_embeddings = true;
   return c;
 }
 
@@ -155,16 +157,20 @@ std::vector<double> reference_logits(const std::vector<int32_t>& tokens) {
     double ss = 0;
     for (double v : x) ss += v * v;
     std::vector<double> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ss / static_cast<double>(x.size()) + c.norm_eps) * g[i];
+    for (size_t i = 0; i < x.size(); ++i)
+      y[i] = x[i] / std::sqrt(ss / static_cast<double>(x.size()) + c.norm_eps) * g[i];
     return y;
   };
   auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos) {
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < hd / 2; ++i) {
-        const double a = static_cast<double>(pos) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double a =
+            static_cast<double>(pos) *
+            std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
         double& x0 = v[static_cast<size_t>(h * hd + i)];
         double& x1 = v[static_cast<size_t>(h * hd + i + hd / 2)];
-        const double y0 = x0 * std::cos(a) - x1 * std::sin(a), y1 = x1 * std::cos(a) + x0 * std::sin(a);
+        const double y0 = x0 * std::cos(a) - x1 * std::sin(a),
+                     y1 = x1 * std::cos(a) + x0 * std::sin(a);
         x0 = y0, x1 = y1;
       }
   };
@@ -190,21 +196,26 @@ std::vector<double> reference_logits(const std::vector<int32_t>& tokens) {
         double mx = -1e300, sum = 0;
         for (const auto& kk : kc[static_cast<size_t>(l)]) {
           double dot = 0;
-          for (int64_t i = 0; i < hd; ++i) dot += q[static_cast<size_t>(hh * hd + i)] * kk[static_cast<size_t>(g * hd + i)];
+          for (int64_t i = 0; i < hd; ++i)
+            dot += q[static_cast<size_t>(hh * hd + i)] * kk[static_cast<size_t>(g * hd + i)];
           s.push_back(dot / std::sqrt(static_cast<double>(hd)));
           mx = std::max(mx, s.back());
         }
         for (double& e : s) sum += (e = std::exp(e - mx));
         for (size_t j = 0; j < s.size(); ++j)
           for (int64_t i = 0; i < hd; ++i)
-            att[static_cast<size_t>(hh * hd + i)] += s[j] / sum * vc[static_cast<size_t>(l)][j][static_cast<size_t>(g * hd + i)];
+            att[static_cast<size_t>(hh * hd + i)] +=
+                s[j] / sum * vc[static_cast<size_t>(l)][j][static_cast<size_t>(g * hd + i)];
       }
       auto o = matvec(load(p + "attn_output.weight", {d, H * hd}), att, d);
       for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
       h = norm(x, load(p + "ffn_norm.weight", {d}));
       auto gt = matvec(load(p + "ffn_gate.weight", {F, d}), h, F);
       auto up = matvec(load(p + "ffn_up.weight", {F, d}), h, F);
-      for (int64_t i = 0; i < F; ++i) gt[static_cast<size_t>(i)] = gt[static_cast<size_t>(i)] / (1 + std::exp(-gt[static_cast<size_t>(i)])) * up[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < F; ++i)
+        gt[static_cast<size_t>(i)] = gt[static_cast<size_t>(i)] /
+                                     (1 + std::exp(-gt[static_cast<size_t>(i)])) *
+                                     up[static_cast<size_t>(i)];
       o = matvec(load(p + "ffn_down.weight", {d, F}), gt, d);
       for (int64_t i = 0; i < d; ++i) x[static_cast<size_t>(i)] += o[static_cast<size_t>(i)];
     }
@@ -236,7 +247,8 @@ TEST(LlmCpuBackend, PrefillEqualsTokenByTokenDecodeInEveryMode) {
     const auto v = static_cast<size_t>(be->config().vocab_size);
     for (size_t t = 0; t < kPrompt.size(); ++t) {
       be->forward(std::span<const int32_t>(&kPrompt[t], 1), static_cast<int64_t>(t), false, step);
-      for (size_t i = 0; i < v; ++i) ASSERT_EQ(step[i], all[t * v + i]) << mode << " token " << t << " logit " << i;
+      for (size_t i = 0; i < v; ++i)
+        ASSERT_EQ(step[i], all[t * v + i]) << mode << " token " << t << " logit " << i;
     }
   }
 }
@@ -254,7 +266,8 @@ TEST(LlmCpuBackend, QuantizedModesStayCloseToF32) {
     std::vector<float> got;
     tiny_backend(mode)->forward(kPrompt, 0, false, got);
     double err = 0;
-    for (size_t i = 0; i < ref.size(); ++i) err += (got[i] - ref[i]) * static_cast<double>(got[i] - ref[i]);
+    for (size_t i = 0; i < ref.size(); ++i)
+      err += (got[i] - ref[i]) * static_cast<double>(got[i] - ref[i]);
     EXPECT_LT(std::sqrt(err / ref_norm), tol) << mode;
   }
 }
@@ -319,7 +332,7 @@ TEST(LlmSampler, GreedyTopKTopPAndSeeds) {
     b.push_back(sb.sample(logits));
     ++counts[static_cast<size_t>(a.back())];
   }
-  EXPECT_EQ(a, b);  // the seed reproduces the draw
+  EXPECT_EQ(a, b);                      // the seed reproduces the draw
   EXPECT_EQ(counts[0] + counts[3], 0);  // outside the top 3
   EXPECT_GT(counts[2], 200);            // 1.9 is nearly as likely as 2.0
   EXPECT_THROW(Sampler({-1.0, 0, 1.0, 0}), Error);
@@ -338,7 +351,8 @@ TEST(LlmRunner, GenerateIsGreedyStopsAndChecksTheContext) {
     EXPECT_EQ(argmax(logits), t);
     seq.push_back(t);
   }
-  const GenerateResult s = generate(*be, kPrompt, 8, {}, [&](int32_t id) { return id == r.tokens[2]; });
+  const GenerateResult s =
+      generate(*be, kPrompt, 8, {}, [&](int32_t id) { return id == r.tokens[2]; });
   EXPECT_TRUE(s.stopped);
   EXPECT_LE(s.tokens.size(), 3u);
   EXPECT_THROW(generate(*be, kPrompt, 60, {}), Error);
@@ -357,12 +371,14 @@ TEST(LlmRunner, PerplexityIsTheMeanNegativeLogLikelihood) {
   std::vector<float> logits;
   for (size_t start = 0; start < text.size(); start += 16) {
     const size_t len = std::min<size_t>(16, text.size() - start);
-    std::vector<int32_t> w(text.begin() + static_cast<std::ptrdiff_t>(start), text.begin() + static_cast<std::ptrdiff_t>(start + len));
+    std::vector<int32_t> w(text.begin() + static_cast<std::ptrdiff_t>(start),
+                           text.begin() + static_cast<std::ptrdiff_t>(start + len));
     be->forward(w, 0, true, logits);
     for (size_t i = 0; i + 1 < len; ++i) {
       double z = 0;
       for (size_t v = 0; v < 97; ++v) z += std::exp(static_cast<double>(logits[i * 97 + v]));
-      nll -= std::log(std::exp(static_cast<double>(logits[i * 97 + static_cast<size_t>(w[i + 1])])) / z);
+      nll -= std::log(
+          std::exp(static_cast<double>(logits[i * 97 + static_cast<size_t>(w[i + 1])])) / z);
     }
   }
   EXPECT_NEAR(r.nll_sum, nll, 1e-6 * nll);
@@ -379,7 +395,8 @@ TEST(LlmCheckpoint, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
     ModelFiles m = random_model(tiny_config(), 7);
     m.tokenizer = Tokenizer::from_hf_json(
         R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [{"id": 2, "content": "<s>"}],
-            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "<s>": 2}, "merges": []}})", "tiny");
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "<s>": 2}, "merges": []}})",
+        "tiny");
     write_nibble_checkpoint(m, fmt, "bf16", dir);
     ModelFiles q = open_model(dir);
     EXPECT_EQ(q.weights->quantized_format("blk.1.ffn_down.weight"), fmt);
@@ -426,7 +443,8 @@ TEST(LlmCheckpoint, TokenizerJsonRoundTrip) {
 // ---- the real model ----------------------------------------------------------------------------
 
 TEST(LlmRealModel, SmolLM2GreedyGenerationIsSensible) {
-  if (test::real_model_path().empty()) GTEST_SKIP() << "NIBBLE_LLM_MODEL is not set (ctest -R llm_ sets it)";
+  if (test::real_model_path().empty())
+    GTEST_SKIP() << "NIBBLE_LLM_MODEL is not set (ctest -R llm_ sets it)";
   ModelFiles m = open_model(test::real_model_path());
   BackendOptions o;
   o.max_context = 256;

@@ -63,10 +63,12 @@ TEST(LlmSafetensors, EveryTruncationIsRejected) {
   const std::vector<uint8_t> full = sample_file();
   for (size_t n = 0; n < full.size(); ++n) {
     try {
-      SafetensorsFile::parse(std::vector<uint8_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n)), "cut");
+      SafetensorsFile::parse(
+          std::vector<uint8_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n)), "cut");
       ADD_FAILURE() << "a file cut to " << n << " of " << full.size() << " bytes was accepted";
     } catch (const Error& e) {
-      EXPECT_TRUE(e.code() == ErrorCode::io_error || e.code() == ErrorCode::invalid_argument) << e.what();
+      EXPECT_TRUE(e.code() == ErrorCode::io_error || e.code() == ErrorCode::invalid_argument)
+          << e.what();
     }
   }
 }
@@ -83,22 +85,34 @@ TEST(LlmSafetensors, MalformedHeadersAreRejectedWithTheirReason) {
       {"{\"t\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "no string dtype"},
       {"{\"t\": {\"dtype\": \"F32\", \"data_offsets\": [0, 4]}}", 4, "no shape"},
       {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1]}}", 4, "no data_offsets"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4, "no data_offsets"},
-      {"{\"t\": {\"dtype\": \"Q9\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "unknown dtype"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4, "negative dimension"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 4]}}", 4, "non-integer"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4,
+       "no data_offsets"},
+      {"{\"t\": {\"dtype\": \"Q9\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+       "unknown dtype"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4,
+       "negative dimension"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 4]}}", 4,
+       "non-integer"},
       {"{\"t\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4, "needs 8"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4, "end before begin"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 4, "outside the data"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [-4, 0]}}", 4, "negative data offset"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 4]}}", 4, "too large"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4,
+       "end before begin"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 4,
+       "outside the data"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [-4, 0]}}", 4,
+       "negative data offset"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, "
+       "4]}}",
+       4, "too large"},
       {"{\"t\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
-       "\"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, "overlap"},
+       "\"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+       8, "overlap"},
       {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
-       "\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "duplicate key"},
+       "\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+       4, "duplicate key"},
       {"{\"__metadata__\": {\"k\": 1}}", 0, "not a string"},
       {"{\"__metadata__\": []}", 0, "not an object"},
-      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}", 4, "unexpected end"},
+      {"{\"t\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}", 4,
+       "unexpected end"},
   };
   for (const Case& c : cases) {
     try {

@@ -23,9 +23,22 @@ using Ids = std::vector<int32_t>;
 
 // A GGUF file holding only tokenizer metadata.
 GgufFile spm_gguf(bool add_space_prefix) {
-  const std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "e", "l", "o",
-                                           "\xE2\x96\x81h", "ll", "\xE2\x96\x81he", "llo",
-                                           "\xE2\x96\x81hello", "<0xC3>", "<0xA9>", "w"};
+  const std::vector<std::string> tokens = {"<unk>",
+                                           "<s>",
+                                           "</s>",
+                                           "\xE2\x96\x81",
+                                           "h",
+                                           "e",
+                                           "l",
+                                           "o",
+                                           "\xE2\x96\x81h",
+                                           "ll",
+                                           "\xE2\x96\x81he",
+                                           "llo",
+                                           "\xE2\x96\x81hello",
+                                           "<0xC3>",
+                                           "<0xA9>",
+                                           "w"};
   //                                        0      1      2       3(▁)   4    5    6    7
   std::vector<float> scores(tokens.size(), -100.0f);
   scores[8] = -1, scores[9] = -2, scores[10] = -3, scores[11] = -4, scores[12] = -5;
@@ -86,18 +99,21 @@ std::string byte_level_json(bool merges_as_pairs, const std::string& pre) {
     ++id;
   }
   vocab += ",\"\xC4\xA0t\":256,\"he\":257,\"\xC4\xA0the\":258,\"12\":259";
-  const std::string merges = merges_as_pairs
-                                 ? "[[\"\xC4\xA0\",\"t\"],[\"h\",\"e\"],[\"\xC4\xA0t\",\"he\"],[\"1\",\"2\"]]"
-                                 : "[\"\xC4\xA0 t\",\"h e\",\"\xC4\xA0t he\",\"1 2\"]";
+  const std::string merges =
+      merges_as_pairs ? "[[\"\xC4\xA0\",\"t\"],[\"h\",\"e\"],[\"\xC4\xA0t\",\"he\"],[\"1\",\"2\"]]"
+                      : "[\"\xC4\xA0 t\",\"h e\",\"\xC4\xA0t he\",\"1 2\"]";
   return "{\"added_tokens\":[{\"id\":260,\"content\":\"<|end|>\",\"special\":true}],"
-         "\"pre_tokenizer\":" + pre + ",\"model\":{\"type\":\"BPE\",\"vocab\":{" + vocab +
-         "},\"merges\":" + merges + "}}";
+         "\"pre_tokenizer\":" +
+         pre + ",\"model\":{\"type\":\"BPE\",\"vocab\":{" + vocab + "},\"merges\":" + merges + "}}";
 }
 
 TEST(LlmTokenizer, ByteLevelBpeFromTokenizerJson) {
-  const std::string byte_level = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}";
-  const std::string with_digits = "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\","
-                                  "\"individual_digits\":true}," + byte_level + "]}";
+  const std::string byte_level =
+      "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}";
+  const std::string with_digits =
+      "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\","
+      "\"individual_digits\":true}," +
+      byte_level + "]}";
   for (bool pairs : {false, true}) {
     const Tokenizer t = Tokenizer::from_hf_json(byte_level_json(pairs, byte_level), "tiny");
     EXPECT_EQ(t.vocab_size(), 261);
@@ -134,7 +150,8 @@ TEST(LlmTokenizer, UnsupportedOrMalformedTokenizerJsonIsRejected) {
       {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "out of range"},
       {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", "not \"a b\""},
       {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[1]}}", "neither"},
-      {"{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+      {"{\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":"
+       "0},\"merges\":[]}}",
        "not supported"},
       {"{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "byte_fallback"},
       {good.substr(0, good.size() - 1), "unexpected end"},
@@ -152,14 +169,18 @@ TEST(LlmTokenizer, UnsupportedOrMalformedTokenizerJsonIsRejected) {
 TEST(LlmTokenizer, CharacterBpeWithByteFallbackLikeLlama2) {
   // "▁" "a" "b" "▁a" "ab" "▁ab" and byte tokens for 'c': Llama-2's tokenizer.json shape.
   const std::string json =
-      "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\xE2\x96\x81\"},"
+      "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":"
+      "\"\xE2\x96\x81\"},"
       "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\xE2\x96\x81\"}]},"
       "\"pre_tokenizer\":null,\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
       "{\"id\":1,\"content\":\"<s>\",\"special\":true}],"
-      "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
+      "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":"
+      "\"<s>\",\"type_id\":0}},"
       "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]},"
-      "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{\"<unk>\":0,\"<s>\":1,"
-      "\"\xE2\x96\x81\":2,\"a\":3,\"b\":4,\"\xE2\x96\x81\x61\":5,\"ab\":6,\"\xE2\x96\x81\x61\x62\":7,\"<0x63>\":8},"
+      "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"unk_token\":\"<unk>\",\"vocab\":{\"<"
+      "unk>\":0,\"<s>\":1,"
+      "\"\xE2\x96\x81\":2,\"a\":3,\"b\":4,\"\xE2\x96\x81\x61\":5,\"ab\":6,\"\xE2\x96\x81\x61\x62\":"
+      "7,\"<0x63>\":8},"
       "\"merges\":[\"\xE2\x96\x81 a\",\"a b\",\"\xE2\x96\x81\x61 b\"]}}";
   const Tokenizer t = Tokenizer::from_hf_json(json, "llama2-like");
   EXPECT_EQ(t.model(), Tokenizer::Model::char_bpe);
@@ -187,12 +208,14 @@ TEST(LlmTokenizer, GgufWithoutTokenizerOrWithUnknownModelIsRejected) {
 // ---- the real model ----------------------------------------------------------------------------
 
 void check_against_reference(const Tokenizer& t, const char* which) {
-  const Json data = Json::parse(read_text_file(test::test_data_path("smollm2_tokens.json"), "test"), "data");
+  const Json data =
+      Json::parse(read_text_file(test::test_data_path("smollm2_tokens.json"), "test"), "data");
   int n = 0;
   for (const Json& c : data.find("cases")->items()) {
     const std::string& text = c.find("text")->string();
     Ids want;
-    for (const Json& id : c.find("ids")->items()) want.push_back(static_cast<int32_t>(id.integer()));
+    for (const Json& id : c.find("ids")->items())
+      want.push_back(static_cast<int32_t>(id.integer()));
     EXPECT_EQ(t.encode(text), want) << which << ": " << text;
     EXPECT_EQ(t.decode(want), text) << which << ": " << text;
     ++n;
@@ -201,7 +224,8 @@ void check_against_reference(const Tokenizer& t, const char* which) {
 }
 
 TEST(LlmTokenizerRealModel, SmolLM2MatchesHuggingFaceTokenizers) {
-  if (test::real_model_path().empty()) GTEST_SKIP() << "NIBBLE_LLM_MODEL is not set (ctest -R llm_ sets it)";
+  if (test::real_model_path().empty())
+    GTEST_SKIP() << "NIBBLE_LLM_MODEL is not set (ctest -R llm_ sets it)";
   const ModelFiles m = open_model(test::real_model_path());
   ASSERT_TRUE(m.tokenizer.has_value());
   EXPECT_EQ(m.tokenizer->pre_split(), Tokenizer::PreSplit::gpt2_digits);
@@ -211,7 +235,8 @@ TEST(LlmTokenizerRealModel, SmolLM2MatchesHuggingFaceTokenizers) {
 }
 
 TEST(LlmTokenizerRealModel, SmolLM2TokenizerJsonMatchesToo) {
-  if (test::real_hf_dir().empty()) GTEST_SKIP() << "NIBBLE_LLM_HF_DIR is not set (ctest -R llm_ sets it)";
+  if (test::real_hf_dir().empty())
+    GTEST_SKIP() << "NIBBLE_LLM_HF_DIR is not set (ctest -R llm_ sets it)";
   const ModelFiles m = open_model(test::real_hf_dir());
   ASSERT_TRUE(m.tokenizer.has_value());
   EXPECT_EQ(m.tokenizer->eos_id(), 2);

@@ -72,7 +72,8 @@ inline std::string real_hf_dir() {
 }
 
 inline std::string test_data_path(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "llm" / "data" / name).string();
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "llm" / "data" / name)
+      .string();
 }
 
 }  // namespace nibble::llm::test

@@ -10,7 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const auto f = nibble::llm::SafetensorsFile::parse(std::vector<uint8_t>(data, data + size), "fuzz");
+    const auto f =
+        nibble::llm::SafetensorsFile::parse(std::vector<uint8_t>(data, data + size), "fuzz");
     for (const auto& t : f.tensors()) {
       if (t.numel() > (int64_t{1} << 20)) continue;  // bound the work per input
       try {

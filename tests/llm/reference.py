@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An independent reference for nibble's LLM runner: a Llama forward pass in numpy (float64),
 reading the GGUF file with the `gguf` package (llama.cpp's own Python reader and dequantizer) and
-tokenizing with Hugging Face's `tokenizers` (Rust) built from the file's vocabulary and merges.
+tokenizing with Hugging Face's `tokenizers` (Rust) built from the file's vocabulary and merges;
+and Google's `sentencepiece` for the SentencePiece-style ("llama") tokenizer.
 
 It shares no code with src/llm/ and deliberately follows llama.cpp's conventions where the C++
 runner follows Hugging Face's: it applies RoPE to adjacent pairs (2i, 2i+1) on the Q/K rows as
@@ -13,6 +14,8 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   check        run `nibble generate --format f32` and compare its logits at every prompt
                position and its greedy tokens with this reference
   check-tokens compare `nibble tokenize` with `tokenizers` on a whole text file
+  check-spm    train a SentencePiece BPE model, write it as a GGUF "llama" vocabulary, and
+               compare `nibble tokenize` with `sentencepiece` on a whole text file
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
 """
@@ -278,6 +281,68 @@ def cmd_check_tokens(args):
     return 0 if ok else 1
 
 
+def cmd_check_spm(args):
+    """nibble's SentencePiece-style ("llama") tokenizer against the sentencepiece library: a BPE
+    model with byte fallback is trained on Austen's training text, its pieces, scores and types
+    are written to a GGUF file the way llama.cpp's converter does, and both tokenize a text."""
+    import io
+    import sentencepiece as spm
+    with open(args.train, encoding="utf-8") as f:
+        train = f.read()[:300000]
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(train.split("\n")), model_writer=proto, vocab_size=2000,
+        model_type="bpe", byte_fallback=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, split_digits=True, unk_id=0, bos_id=1, eos_id=2,
+        minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    n = sp.get_piece_size()
+    types = [2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1
+             for i in range(n)]
+    path = os.path.join(args.out_dir, "spm-austen.gguf")
+    os.makedirs(args.out_dir, exist_ok=True)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([sp.id_to_piece(i) for i in range(n)])
+    w.add_token_scores([sp.get_score(i) for i in range(n)])
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(True)
+    w.add_tensor("token_embd.weight", np.zeros((n, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(args.text, encoding="utf-8") as f:
+        text = f.read()
+    want = [1] + sp.encode(text)
+    res = subprocess.run([args.nibble, "tokenize", path, "--file", args.text],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"FAIL: nibble tokenize exited {res.returncode}: {res.stderr}")
+    got = [int(x) for x in res.stdout.strip().split(",") if x]
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    ok = got == want
+    print(f"sentencepiece {spm.__version__} BPE, {n} pieces with byte fallback: {len(got)} tokens from "
+          f"nibble, {len(want)} from sentencepiece on {args.text}: "
+          + ("identical" if ok else f"DIFFER (first at {first}: "
+             f"{[sp.id_to_piece(i) for i in got[first:first + 5]] if first is not None else ''} vs "
+             f"{[sp.id_to_piece(i) for i in want[first:first + 5]] if first is not None else ''})"))
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 # ---- Hugging Face export ---------------------------------------------------------------------
 
 def write_safetensors(path, tensors):
@@ -353,6 +418,11 @@ def main():
     p.add_argument("--nibble", required=True)
     p.add_argument("--text", required=True)
     p.add_argument("--safetensors", default="", help="also tokenize with this checkpoint's tokenizer.json")
+    p = sub.add_parser("check-spm")
+    p.add_argument("--nibble", required=True)
+    p.add_argument("--train", required=True, help="text to train the SentencePiece model on")
+    p.add_argument("--text", required=True, help="text to tokenize with both")
+    p.add_argument("--out-dir", required=True)
     p = sub.add_parser("export-hf")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
@@ -363,6 +433,8 @@ def main():
         return cmd_check(args)
     if args.cmd == "check-tokens":
         return cmd_check_tokens(args)
+    if args.cmd == "check-spm":
+        return cmd_check_spm(args)
     return cmd_export_hf(args)
 
 

@@ -3,8 +3,8 @@
 // and prints).
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,8 +24,8 @@ using llm::BackendOptions;
 using llm::ModelFiles;
 
 const std::vector<std::string> kModelOptions = {
-    "format", "prefill-format", "decode-format", "device", "threads", "ctx-size",
-    "random-weights", "arch", "seed", "layers", "head-format"};
+    "format",         "prefill-format", "decode-format", "device", "threads",    "ctx-size",
+    "random-weights", "arch",           "seed",          "layers", "head-format"};
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
@@ -55,8 +55,9 @@ Invocation parse(const std::string& cmd, int argc, char** argv, std::vector<std:
   }
   inv.args = parse_args(argc, ptrs.data(), first, known);
   if (inv.model.empty() && !inv.args.has("random-weights"))
-    usage_error(cmd, "expected a model path (a .gguf file or a Hugging Face directory) or "
-                     "--random-weights --arch NAME");
+    usage_error(cmd,
+                "expected a model path (a .gguf file or a Hugging Face directory) or "
+                "--random-weights --arch NAME");
   if (!inv.model.empty() && inv.args.has("random-weights"))
     usage_error(cmd, "give either a model path or --random-weights, not both");
   return inv;
@@ -88,7 +89,8 @@ BackendOptions backend_options(const Args& a, const std::string& format) {
   BackendOptions o;
   o.strategy = strategy_for(a, format);
   // f32 runs keep everything in f32 (the exact reference); otherwise the head is bf16.
-  o.head_mode = a.get("head-format", o.strategy.prefill == "f32" && o.strategy.decode == "f32" ? "f32" : "bf16");
+  o.head_mode = a.get("head-format",
+                      o.strategy.prefill == "f32" && o.strategy.decode == "f32" ? "f32" : "bf16");
   o.threads = static_cast<int>(a.get_int("threads", 0));
   o.max_context = a.get_int("ctx-size", 0);
   o.max_layers = a.get_int("layers", 0);
@@ -101,7 +103,8 @@ double get_double(const Args& a, const std::string& name, double fallback) {
   char* end = nullptr;
   const double d = std::strtod(v.c_str(), &end);
   if (end == v.c_str() || *end != '\0')
-    throw Error(ErrorCode::invalid_argument, "nibble: option --" + name + " needs a number, got '" + v + "'");
+    throw Error(ErrorCode::invalid_argument,
+                "nibble: option --" + name + " needs a number, got '" + v + "'");
   return d;
 }
 
@@ -111,7 +114,8 @@ std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab) {
     char* end = nullptr;
     const long long v = std::strtoll(w.c_str(), &end, 10);
     if (end == w.c_str() || *end != '\0' || v < 0 || v >= vocab)
-      throw Error(ErrorCode::invalid_argument, "nibble: '" + w + "' is not a token id below " + std::to_string(vocab));
+      throw Error(ErrorCode::invalid_argument,
+                  "nibble: '" + w + "' is not a token id below " + std::to_string(vocab));
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
@@ -171,11 +175,13 @@ int run_model_info(int argc, char** argv) {
   if (m.tokenizer) std::printf("tokenizer: %s\n", m.tokenizer->describe().c_str());
   if (inv.args.has("load")) {  // also build the backend, to report its memory
     const std::string format = default_format(inv.args, m);
-    auto be = llm::make_backend(inv.args.get("device", "cpu"), m, backend_options(inv.args, format));
+    auto be =
+        llm::make_backend(inv.args.get("device", "cpu"), m, backend_options(inv.args, format));
     const auto mem = be->memory();
     std::printf("%s", be->describe().c_str());
     std::printf("memory:    weights %.1f MiB (%.1f MiB read per token), KV cache %.1f MiB\n",
-                mib(mem.resident_weight_bytes), mib(mem.decode_weight_bytes), mib(mem.kv_cache_bytes));
+                mib(mem.resident_weight_bytes), mib(mem.decode_weight_bytes),
+                mib(mem.kv_cache_bytes));
   }
   return 0;
 }
@@ -189,7 +195,8 @@ int run_generate(int argc, char** argv) {
   if (!a.has("format")) formats = {default_format(a, open(inv))};
   if (formats.empty()) usage_error("generate", "--format needs a value");
   if (formats.size() > 1 && (a.has("prefill-format") || a.has("decode-format")))
-    usage_error("generate", "a list of formats cannot be combined with --prefill-format/--decode-format");
+    usage_error("generate",
+                "a list of formats cannot be combined with --prefill-format/--decode-format");
   const int64_t n_new = a.get_int("n", 32);
   llm::SamplingOptions so;
   so.temperature = get_double(a, "temperature", 0.0);
@@ -210,43 +217,53 @@ int run_generate(int argc, char** argv) {
     } else if (tok != nullptr) {
       std::string text = a.get("prompt", "Once upon a time,");
       if (a.has("chat")) {
-        if (tok->model() != llm::Tokenizer::Model::byte_bpe || tok->encode("<|im_start|>", false).size() != 1)
-          usage_error("generate", "--chat needs a ChatML vocabulary (<|im_start|>), which this model lacks");
+        if (tok->model() != llm::Tokenizer::Model::byte_bpe ||
+            tok->encode("<|im_start|>", false).size() != 1)
+          usage_error("generate",
+                      "--chat needs a ChatML vocabulary (<|im_start|>), which this model lacks");
         text = "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n";
       }
       prompt = tok->encode(text);
     } else {  // random weights: a deterministic prompt of --prompt-len ids
       const int64_t len = a.get_int("prompt-len", 16);
-      for (int64_t i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 1) % m.config.vocab_size));
+      for (int64_t i = 0; i < len; ++i)
+        prompt.push_back(static_cast<int32_t>((i * 7919 + 1) % m.config.vocab_size));
     }
     if (prompt.empty()) usage_error("generate", "the prompt has no tokens");
     const auto t_load = std::chrono::steady_clock::now();
     auto be = llm::make_backend(a.get("device", "cpu"), m, backend_options(a, format));
-    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     m.weights.reset();  // the backend holds its own converted weights
     if (!quiet) {
       std::fprintf(stderr, "%s | %s | loaded in %.1f s\n%s", m.config.describe().c_str(),
                    m.path.c_str(), load_s, be->describe().c_str());
       if (be->n_layers() < m.config.n_layers)
         std::fprintf(stderr, "  NOTE: only %lld of %lld layers run (--layers)\n",
-                     static_cast<long long>(be->n_layers()), static_cast<long long>(m.config.n_layers));
+                     static_cast<long long>(be->n_layers()),
+                     static_cast<long long>(m.config.n_layers));
       if (!tok) std::fprintf(stderr, "  NOTE: random weights, the output is meaningless\n");
     }
     if (a.has("dump-logits")) {  // logits at every prompt position, f32 little-endian (n, vocab)
       std::vector<float> logits;
       be->forward(prompt, 0, true, logits);
       std::ofstream f(a.get("dump-logits", ""), std::ios::binary);
-      f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+      f.write(reinterpret_cast<const char*>(logits.data()),
+              static_cast<std::streamsize>(logits.size() * 4));
       if (!f) throw Error(ErrorCode::io_error, "nibble generate: cannot write --dump-logits file");
     }
     TextStream stream(quiet || formats.size() > 1 ? nullptr : tok);
     if (tok != nullptr && !quiet && formats.size() == 1) {
       // The prompt, then the continuation; a chat shows the question, not its template.
-      if (a.has("chat")) std::printf("> %s\n", a.get("prompt", "Once upon a time,").c_str());
-      else std::printf("%s", tok->decode(prompt, true).c_str());
+      if (a.has("chat"))
+        std::printf("> %s\n", a.get("prompt", "Once upon a time,").c_str());
+      else
+        std::printf("%s", tok->decode(prompt, true).c_str());
       std::fflush(stdout);
     }
-    auto stop = [&](int32_t id) { return tok != nullptr && !a.has("no-stop") && tok->is_end_of_generation(id); };
+    auto stop = [&](int32_t id) {
+      return tok != nullptr && !a.has("no-stop") && tok->is_end_of_generation(id);
+    };
     const llm::GenerateResult r =
         llm::generate(*be, prompt, n_new, so, stop, [&](int32_t id) { stream.push(id); });
     if (tok != nullptr && !quiet && formats.size() == 1) std::printf("\n");
@@ -257,10 +274,11 @@ int run_generate(int argc, char** argv) {
     if (fi == 0) first_tokens = r.tokens;
     const auto mem = be->memory();
     const auto rss = llm::process_rss();
-    rows.push_back({format, r.ttft_seconds * 1e3, r.decode_tokens_per_second(), mib(mem.resident_weight_bytes),
-                    mib(rss.current_bytes), mib(rss.peak_bytes),
-                    static_cast<double>(mem.decode_weight_bytes) * r.decode_tokens_per_second() / 1e9,
-                    static_cast<int64_t>(prompt.size()), static_cast<int64_t>(r.tokens.size())});
+    rows.push_back(
+        {format, r.ttft_seconds * 1e3, r.decode_tokens_per_second(), mib(mem.resident_weight_bytes),
+         mib(rss.current_bytes), mib(rss.peak_bytes),
+         static_cast<double>(mem.decode_weight_bytes) * r.decode_tokens_per_second() / 1e9,
+         static_cast<int64_t>(prompt.size()), static_cast<int64_t>(r.tokens.size())});
   }
   std::printf("\n%-22s %9s %9s %10s %10s %11s %9s %9s\n", "format", "prompt", "new", "TTFT ms",
               "decode t/s", "weights MiB", "RSS MiB", "wGB/s");
@@ -268,9 +286,10 @@ int run_generate(int argc, char** argv) {
     std::printf("%-22s %9lld %9lld %10.1f %10.2f %11.1f %9.0f %9.2f\n", r.format.c_str(),
                 static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.new_tokens),
                 r.ttft_ms, r.decode_tps, r.size_mib, r.rss_mib, r.gbps);
-  std::printf("device %s; peak RSS of the process %.0f MiB; wGB/s = weight bytes read per token × "
-              "decode tokens/s\n",
-              a.get("device", "cpu").c_str(), rows.empty() ? 0.0 : rows.back().peak_mib);
+  std::printf(
+      "device %s; peak RSS of the process %.0f MiB; wGB/s = weight bytes read per token × "
+      "decode tokens/s\n",
+      a.get("device", "cpu").c_str(), rows.empty() ? 0.0 : rows.back().peak_mib);
   return 0;
 }
 
@@ -279,8 +298,8 @@ int run_tokenize(int argc, char** argv) {
   const Args& a = inv.args;
   ModelFiles m = open(inv);
   if (!m.tokenizer) usage_error("tokenize", "the model has no tokenizer");
-  const std::string text = a.has("file") ? llm::read_text_file(a.get("file", ""), "nibble tokenize")
-                                         : a.get("text", "");
+  const std::string text =
+      a.has("file") ? llm::read_text_file(a.get("file", ""), "nibble tokenize") : a.get("text", "");
   print_ids("", m.tokenizer->encode(text, !a.has("no-bos")));
   return 0;
 }
@@ -288,14 +307,16 @@ int run_tokenize(int argc, char** argv) {
 int run_quantize_model(int argc, char** argv) {
   const Invocation inv = parse("quantize-model", argc, argv, {"out"});
   const Args& a = inv.args;
-  if (!a.has("out") || !a.has("format")) usage_error("quantize-model", "--format FMT and --out DIR are required");
+  if (!a.has("out") || !a.has("format"))
+    usage_error("quantize-model", "--format FMT and --out DIR are required");
   ModelFiles m = open(inv);
   const std::string format = a.get("format", "");
   const auto t0 = std::chrono::steady_clock::now();
   llm::write_nibble_checkpoint(m, format, a.get("head-format", "bf16"), a.get("out", ""));
-  std::printf("wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s in %.1f s\n",
-              a.get("out", "").c_str(), m.config.name.c_str(), format.c_str(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::printf(
+      "wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s in %.1f s\n",
+      a.get("out", "").c_str(), m.config.name.c_str(), format.c_str(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }
 
@@ -303,14 +324,16 @@ int run_perplexity(int argc, char** argv) {
   const Invocation inv = parse("perplexity", argc, argv, {"text", "ctx", "max-tokens", "quiet"});
   const Args& a = inv.args;
   if (!a.has("text")) usage_error("perplexity", "--text FILE is required");
-  if (a.has("random-weights")) usage_error("perplexity", "perplexity needs a trained model, not --random-weights");
+  if (a.has("random-weights"))
+    usage_error("perplexity", "perplexity needs a trained model, not --random-weights");
   ModelFiles m = open(inv);
   const std::string format = default_format(a, m);
   if (!m.tokenizer) usage_error("perplexity", "the model has no tokenizer");
   const std::string text = llm::read_text_file(a.get("text", ""), "nibble perplexity");
   std::vector<int32_t> tokens = m.tokenizer->encode(text, false);
   const int64_t max_tokens = a.get_int("max-tokens", 0);
-  if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens) tokens.resize(static_cast<size_t>(max_tokens));
+  if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens)
+    tokens.resize(static_cast<size_t>(max_tokens));
   const int64_t ctx = a.get_int("ctx", 512);
   BackendOptions bo = backend_options(a, format);
   if (bo.max_context == 0) bo.max_context = ctx;
@@ -318,19 +341,22 @@ int run_perplexity(int argc, char** argv) {
   m.weights.reset();
   const int32_t bos = m.tokenizer->add_bos() ? m.tokenizer->bos_id() : -1;
   if (!a.has("quiet"))
-    std::fprintf(stderr, "%s\n%s%lld tokens of %s, windows of %lld%s\n", m.config.describe().c_str(),
-                 be->describe().c_str(), static_cast<long long>(tokens.size()), a.get("text", "").c_str(),
+    std::fprintf(stderr, "%s\n%s%lld tokens of %s, windows of %lld%s\n",
+                 m.config.describe().c_str(), be->describe().c_str(),
+                 static_cast<long long>(tokens.size()), a.get("text", "").c_str(),
                  static_cast<long long>(ctx), bos >= 0 ? " (BOS first)" : "");
   const auto r = llm::perplexity(*be, tokens, ctx, bos, [&](const llm::PerplexityResult& p) {
     if (!a.has("quiet"))
       std::fprintf(stderr, "  window %lld: %lld tokens scored, perplexity so far %.4f (%.1f s)\n",
-                   static_cast<long long>(p.windows), static_cast<long long>(p.scored), p.perplexity(), p.seconds);
+                   static_cast<long long>(p.windows), static_cast<long long>(p.scored),
+                   p.perplexity(), p.seconds);
   });
-  std::printf("perplexity %.4f  format %s  tokens scored %lld  windows %lld of %lld  nll %.6f  %.1f s\n",
-              r.perplexity(), llm::LinearStrategy(bo.strategy).describe().c_str(),
-              static_cast<long long>(r.scored), static_cast<long long>(r.windows),
-              static_cast<long long>(ctx), r.nll_sum / static_cast<double>(std::max<int64_t>(1, r.scored)),
-              r.seconds);
+  std::printf(
+      "perplexity %.4f  format %s  tokens scored %lld  windows %lld of %lld  nll %.6f  %.1f s\n",
+      r.perplexity(), llm::LinearStrategy(bo.strategy).describe().c_str(),
+      static_cast<long long>(r.scored), static_cast<long long>(r.windows),
+      static_cast<long long>(ctx), r.nll_sum / static_cast<double>(std::max<int64_t>(1, r.scored)),
+      r.seconds);
   return 0;
 }
 
