@@ -63,4 +63,7 @@ class Json {
 /// `s` as a JSON string literal, quotes included (for the writers of config and tokenizer files).
 std::string json_quote(std::string_view s);
 
+/// Appends the UTF-8 encoding of code point `cp` (≤ 0x10FFFF) to `out`.
+void append_utf8(std::string& out, uint32_t cp);
+
 }  // namespace nibble::llm

@@ -9,55 +9,12 @@
 
 #include "llm/gguf.h"
 #include "nibble/nibble.h"
+#include "test_llm_util.h"
 
 namespace nibble::llm {
 namespace {
 
-// Writes GGUF bytes the way llama.cpp lays them out.
-class Writer {
- public:
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    bytes.insert(bytes.end(), p, p + sizeof(T));
-  }
-  void str(const std::string& s) {
-    put<uint64_t>(s.size());
-    bytes.insert(bytes.end(), s.begin(), s.end());
-  }
-  void header(uint64_t n_tensors, uint64_t n_kv) {
-    put<uint32_t>(0x46554747u);
-    put<uint32_t>(3);
-    put<uint64_t>(n_tensors);
-    put<uint64_t>(n_kv);
-  }
-  void kv_string(const std::string& k, const std::string& v) {
-    str(k);
-    put<uint32_t>(8);
-    str(v);
-  }
-  void kv_u32(const std::string& k, uint32_t v) {
-    str(k);
-    put<uint32_t>(4);
-    put<uint32_t>(v);
-  }
-  void kv_f32(const std::string& k, float v) {
-    str(k);
-    put<uint32_t>(6);
-    put<float>(v);
-  }
-  void tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, uint64_t off) {
-    str(name);
-    put<uint32_t>(static_cast<uint32_t>(dims.size()));
-    for (uint64_t d : dims) put<uint64_t>(d);
-    put<uint32_t>(type);
-    put<uint64_t>(off);
-  }
-  void align(size_t a = 32) {
-    while (bytes.size() % a) bytes.push_back(0);
-  }
-  std::vector<uint8_t> bytes;
-};
+using Writer = test::GgufWriter;  // tests/cpp/test_llm_util.h
 
 uint16_t h(float x) { return f32_to_f16_bits(x); }
 
