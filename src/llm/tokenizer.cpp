@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <queue>
 
 #include "common/check.h"
@@ -240,6 +241,51 @@ struct Bigram {
     return key != o.key ? key > o.key : left > o.left;
   }
 };
+
+/// A pair's merge: the id of the merged token and its queue key (smaller merges first).
+struct Merge {
+  double key;
+  int32_t merged;
+};
+
+// Links `sym` into a list and merges adjacent symbols, the smallest key first (leftmost on
+// ties), with a priority queue and lazy invalidation, until no pair merges. `merge_of(a, b)`
+// gives a pair's merge or nullopt. Merged-away symbols get length 0; the list from index 0 (via
+// `next`) is the result.
+template <class MergeOf>
+void merge_symbols(std::vector<Symbol>& sym, MergeOf merge_of) {
+  const int n = static_cast<int>(sym.size());
+  for (int i = 0; i < n; ++i) {
+    sym[static_cast<size_t>(i)].prev = i - 1;
+    sym[static_cast<size_t>(i)].next = i + 1 < n ? i + 1 : -1;
+  }
+  std::priority_queue<Bigram> queue;
+  auto try_add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    const Symbol& a = sym[static_cast<size_t>(l)];
+    const Symbol& b = sym[static_cast<size_t>(r)];
+    const std::optional<Merge> m = merge_of(a, b);
+    if (m) queue.push({m->key, l, r, a.len, b.len, m->merged});
+  };
+  for (int i = 0; i + 1 < n; ++i) try_add(i, i + 1);
+  while (!queue.empty()) {
+    const Bigram bg = queue.top();
+    queue.pop();
+    Symbol& a = sym[static_cast<size_t>(bg.left)];
+    Symbol& b = sym[static_cast<size_t>(bg.right)];
+    // Stale entries: a side was merged away or grew since the bigram was queued.
+    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len ||
+        b.len != bg.right_len)
+      continue;
+    a.id = bg.merged;
+    a.len += b.len;
+    b.len = 0;
+    a.next = b.next;
+    if (b.next >= 0) sym[static_cast<size_t>(b.next)].prev = bg.left;
+    try_add(a.prev, bg.left);
+    try_add(bg.left, a.next);
+  }
+}
 
 std::string byte_token_name(unsigned b) {
   static const char* hex = "0123456789ABCDEF";
@@ -612,40 +658,14 @@ void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) con
       }
     }
   }
-  const int n = static_cast<int>(sym.size());
-  for (int i = 0; i < n; ++i) {
-    sym[static_cast<size_t>(i)].prev = i - 1;
-    sym[static_cast<size_t>(i)].next = i + 1 < n ? i + 1 : -1;
-  }
-  std::priority_queue<Bigram> queue;
-  auto try_add = [&](int l, int r) {
-    if (l < 0 || r < 0) return;
-    const Symbol& a = sym[static_cast<size_t>(l)];
-    const Symbol& b = sym[static_cast<size_t>(r)];
+  merge_symbols(sym, [&](const Symbol& a, const Symbol& b) -> std::optional<Merge> {
     const uint64_t key =
         (static_cast<uint64_t>(static_cast<uint32_t>(a.id)) << 32) | static_cast<uint32_t>(b.id);
     auto it = merges_.find(key);
-    if (it == merges_.end()) return;
-    queue.push({static_cast<double>(it->second.first), l, r, a.len, b.len, it->second.second});
-  };
-  for (int i = 0; i + 1 < n; ++i) try_add(i, i + 1);
-  while (!queue.empty()) {
-    const Bigram bg = queue.top();
-    queue.pop();
-    Symbol& a = sym[static_cast<size_t>(bg.left)];
-    Symbol& b = sym[static_cast<size_t>(bg.right)];
-    // Stale entries: a side was merged away or grew since the bigram was queued.
-    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len ||
-        b.len != bg.right_len)
-      continue;
-    a.id = bg.merged;
-    a.len += b.len;
-    b.len = 0;
-    a.next = b.next;
-    if (b.next >= 0) sym[static_cast<size_t>(b.next)].prev = bg.left;
-    try_add(a.prev, bg.left);
-    try_add(bg.left, a.next);
-  }
+    if (it == merges_.end()) return std::nullopt;
+    return Merge{static_cast<double>(it->second.first), it->second.second};
+  });
+  const int n = static_cast<int>(sym.size());
   for (int i = n > 0 ? 0 : -1; i >= 0; i = sym[static_cast<size_t>(i)].next)
     out.push_back(sym[static_cast<size_t>(i)].id);
 }
@@ -657,37 +677,13 @@ void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) con
 void Tokenizer::spm_fragment(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<Symbol> sym;
   for (const Cp& c : decode_utf8(text)) sym.push_back({-1, c.off, c.len, 0, 0});
-  const int n = static_cast<int>(sym.size());
-  for (int i = 0; i < n; ++i) {
-    sym[static_cast<size_t>(i)].prev = i - 1;
-    sym[static_cast<size_t>(i)].next = i + 1 < n ? i + 1 : -1;
-  }
-  std::priority_queue<Bigram> queue;
-  auto try_add = [&](int l, int r) {
-    if (l < 0 || r < 0) return;
-    const Symbol& a = sym[static_cast<size_t>(l)];
-    const Symbol& b = sym[static_cast<size_t>(r)];
+  merge_symbols(sym, [&](const Symbol& a, const Symbol& b) -> std::optional<Merge> {
     const int32_t id = find(text.substr(a.off, a.len + b.len));
-    if (id < 0) return;
+    if (id < 0) return std::nullopt;
     // Higher score first: the queue pops the smallest key.
-    queue.push({-static_cast<double>(scores_[static_cast<size_t>(id)]), l, r, a.len, b.len, id});
-  };
-  for (int i = 0; i + 1 < n; ++i) try_add(i, i + 1);
-  while (!queue.empty()) {
-    const Bigram bg = queue.top();
-    queue.pop();
-    Symbol& a = sym[static_cast<size_t>(bg.left)];
-    Symbol& b = sym[static_cast<size_t>(bg.right)];
-    if (a.len == 0 || b.len == 0 || a.next != bg.right || a.len != bg.left_len ||
-        b.len != bg.right_len)
-      continue;
-    a.len += b.len;
-    b.len = 0;
-    a.next = b.next;
-    if (b.next >= 0) sym[static_cast<size_t>(b.next)].prev = bg.left;
-    try_add(a.prev, bg.left);
-    try_add(bg.left, a.next);
-  }
+    return Merge{-static_cast<double>(scores_[static_cast<size_t>(id)]), id};
+  });
+  const int n = static_cast<int>(sym.size());
   for (int i = n > 0 ? 0 : -1; i >= 0; i = sym[static_cast<size_t>(i)].next) {
     const Symbol& s = sym[static_cast<size_t>(i)];
     const std::string_view piece = text.substr(s.off, s.len);
