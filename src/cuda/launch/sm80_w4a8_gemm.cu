@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/sm80/sm80_w4a8_gemm.cuh"
 #include "nibble/device.h"
@@ -110,14 +111,8 @@ TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group) {
 template <Tile T, W4A8Epilogue E, int G, W4Decode D>
 void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
   using Cfg = typename Instance<T, E, G, D>::Cfg;
-  auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
-  // Above 48 KB a kernel must opt in to its dynamic shared memory; set it once per instance.
-  static const bool configured = [&] {
-    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)configured;
+  constexpr auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }

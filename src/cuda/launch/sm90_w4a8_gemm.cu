@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
+#include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/sm90/sm90_w4a8_gemm.cuh"
 #include "nibble/device.h"
@@ -75,13 +76,8 @@ template <int BM, W4A8Epilogue E>
 void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   using Cfg = typename Instance<BM, E>::Cfg;
-  auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
-  static const bool configured = [&] {
-    NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)configured;
+  constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
