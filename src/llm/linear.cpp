@@ -2,75 +2,44 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "common/check.h"
+#include "cpu/gemm_f32.h"
 #include "nibble/nibble.h"
 
 namespace nibble::llm {
 
 // ---- kernels ------------------------------------------------------------------------------------
 
-// The build is portable (no -march), so the hot dot products are compiled twice and picked at
-// load time by the CPU's features (GCC/Clang function multi-versioning through an ifunc):
-// x86-64-v3 (AVX2 + FMA) and the baseline. Eight interleaved partial sums fix the summation
-// order (the compiler may not reassociate a float sum) and give it independent chains to
-// vectorize; FMA changes only the rounding of each product-add.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define NIBBLE_LLM_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define NIBBLE_LLM_MULTIVERSION
-#endif
-
-NIBBLE_LLM_MULTIVERSION
-float dot_f32(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+// The products are cpu::gemm_f32_nt / gemm_bf16w_nt (src/cpu/gemm_f32.h): every output exactly
+// dot_f32 of its row pair, whatever the tile, the block or the thread that computes it.
+float dot_f32(const float* a, const float* b, int64_t n) { return cpu::dot_f32(a, b, n); }
 
 namespace {
 
-// x · w with w in bf16 bits (bf16 → f32 is a 16-bit shift).
-NIBBLE_LLM_MULTIVERSION
-float dot_bf16(const float* x, const uint16_t* w, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  auto f = [](uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float v;
-    std::memcpy(&v, &u, 4);
-    return v;
-  };
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * f(w[i + j]);
-  for (; i < n; ++i) acc[i % 8] += x[i] * f(w[i]);
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// Output columns are processed in blocks of kBlockN weight rows, all M input rows per block:
-// the block (kBlockN·K weights, 37 KB at K = 576) stays in L2 while every x row streams by.
+// Output columns are processed in blocks of kBlockN weight rows, and the M input rows in blocks
+// of kBlockM: the weight block (kBlockN·K weights, 37 KB at K = 576) stays in L1/L2 while the
+// input block (147 KB at K = 576) streams by from L2.
 constexpr int64_t kBlockN = 16;
+constexpr int64_t kBlockM = 64;
 
 // Below this many multiply-adds a product runs on the calling thread: waking the pool costs
 // tens of microseconds (a condition variable), more than a decode step's 576×1536 product
 // takes on one core (measured 0.1 ms alone, 0.2 ms split over two threads).
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
 
-template <class W, class Dot>
+template <class W, class Gemm>
 void gemm_rows(const float* x, int64_t m, const W* w, int64_t n, int64_t k, float* y,
-               ThreadPool* pool, Dot dot) {
+               ThreadPool* pool, Gemm gemm) {
   auto run = [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * kBlockN, n1 = std::min(n, n0 + kBlockN);
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = n0; c < n1; ++c) y[r * n + c] = dot(x + r * k, w + c * k, k);
+      for (int64_t r0 = 0; r0 < m; r0 += kBlockM)
+        gemm(x + r0 * k, k, std::min(kBlockM, m - r0), w + n0 * k, k, n1 - n0, k,
+             y + r0 * n + n0, n);
     }
   };
   const int64_t blocks = (n + kBlockN - 1) / kBlockN;
@@ -85,7 +54,7 @@ class F32Linear final : public Linear {
   F32Linear(std::vector<float> w, int64_t n, int64_t k, ThreadPool* pool)
       : w_(std::move(w)), n_(n), k_(k), pool_(pool) {}
   void forward(const float* x, int64_t m, float* y) const override {
-    gemm_rows(x, m, w_.data(), n_, k_, y, pool_, dot_f32);
+    gemm_rows(x, m, w_.data(), n_, k_, y, pool_, cpu::gemm_f32_nt);
   }
   int64_t n() const override { return n_; }
   int64_t k() const override { return k_; }
@@ -108,7 +77,7 @@ class Bf16Linear final : public Linear {
     // The input is rounded to bf16 too: a bf16 GEMM sees bf16 activations.
     std::vector<float> xr(static_cast<size_t>(m * k_));
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = round_to_dtype(x[i], DType::bf16);
-    gemm_rows(xr.data(), m, w_.data(), n_, k_, y, pool_, dot_bf16);
+    gemm_rows(xr.data(), m, w_.data(), n_, k_, y, pool_, cpu::gemm_bf16w_nt);
   }
   int64_t n() const override { return n_; }
   int64_t k() const override { return k_; }

@@ -110,7 +110,7 @@ class ThreadPool {
 };
 
 /// Dot product of two f32 vectors with a fixed summation order (8 interleaved partial sums),
-/// vectorized for the host (AVX2+FMA when the CPU has it).
+/// vectorized for the host (AVX2+FMA when the CPU has it): cpu::dot_f32 (src/cpu/gemm_f32.h).
 float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace nibble::llm
