@@ -1,6 +1,7 @@
 #include "llm/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -8,6 +9,7 @@
 
 #include "common/check.h"
 #include "cpu/gemm_f32.h"
+#include "cpu/reference.h"
 #include "nibble/nibble.h"
 
 namespace nibble::llm {
@@ -209,18 +211,89 @@ class NibbleLinear final : public Linear {
   ThreadPool* pool_;
 };
 
+// The study-only simulated mode "sim:<format>" (docs/accuracy.md): the weights of a nibble format
+// dequantized to f32 once, and the activations quantized and dequantized per token as the format
+// quantizes them (A16: rounded to bf16, as NibbleLinear feeds them), then the f32 product. The
+// reference linear computes the same numbers in another order (integer sums, then scales), so
+// the two differ by f32 rounding only; LlmLinear.SimulatedModesMatchTheReferenceLinear and
+// docs/accuracy.md measure it.
+class SimLinear final : public Linear {
+ public:
+  SimLinear(const LinearFormat& f, const std::string& name, const QuantizedWeight& qw, int64_t k,
+            ThreadPool* pool)
+      : act_(f.act), name_(name), n_(qw.n), k_(k), bytes_(quantized_bytes(qw)), pool_(pool) {
+    Tensor deq = Tensor::empty(DType::f32, {qw.n, qw.k});
+    dequantize_weight(qw.view(), deq.view());
+    w_.resize(static_cast<size_t>(n_ * k_));
+    for (int64_t r = 0; r < n_; ++r)  // the padded columns (zero weights) are dropped
+      std::copy_n(deq.view().ptr<float>() + r * qw.k, k_, w_.data() + r * k_);
+  }
+
+  void forward(const float* x, int64_t m, float* y) const override {
+    std::vector<float> xq(x, x + m * k_);
+    for (int64_t r = 0; r < m; ++r) fake_quantize_row(xq.data() + r * k_);
+    gemm_rows(xq.data(), m, w_.data(), n_, k_, y, pool_, cpu::gemm_f32_nt);
+  }
+  int64_t n() const override { return n_; }
+  int64_t k() const override { return k_; }
+  int64_t weight_bytes() const override { return bytes_; }
+  std::string mode() const override { return name_; }
+
+ private:
+  // One token's activations through the format's per-token quantizer and back (formats.md,
+  // table 2): s = amax / qmax, q = quantize_int(x, s, ±qmax) (e4m3: the satfinite conversion).
+  void fake_quantize_row(float* v) const {
+    if (act_ == ActScheme::none) {
+      for (int64_t i = 0; i < k_; ++i) v[i] = round_to_dtype(v[i], DType::bf16);
+      return;
+    }
+    const float qmax = act_ == ActScheme::s4_per_token     ? 7.0f
+                       : act_ == ActScheme::e4m3_per_token ? 448.0f
+                                                           : 127.0f;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k_; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float s = amax / qmax;
+    for (int64_t i = 0; i < k_; ++i) {
+      if (act_ == ActScheme::e4m3_per_token)
+        v[i] = s == 0.0f ? 0.0f : s * round_to_dtype(v[i] / s, DType::e4m3);
+      else
+        v[i] = s * static_cast<float>(
+                       cpu::quantize_int(v[i], s, -static_cast<int>(qmax), static_cast<int>(qmax)));
+    }
+  }
+
+  static int64_t quantized_bytes(const QuantizedWeight& qw) {
+    return qw.q.nbytes() + (qw.scales.defined() ? qw.scales.nbytes() : 0) +
+           (qw.zeros.defined() ? qw.zeros.nbytes() : 0) +
+           (qw.group_scales.defined() ? qw.group_scales.nbytes() : 0);
+  }
+
+  ActScheme act_;
+  std::string name_;
+  int64_t n_, k_, bytes_;
+  std::vector<float> w_;  // (n, k): deq(W) without the padding
+  ThreadPool* pool_;
+};
+
+// "sim:w4a8_g128" → "w4a8_g128"; "" when the mode is not simulated.
+std::string simulated_format(const std::string& mode) {
+  return mode.rfind(kSimPrefix, 0) == 0 ? mode.substr(sizeof kSimPrefix - 1) : std::string();
+}
+
 }  // namespace
 
 void check_weight_mode(const std::string& mode) {
   if (mode == "f32" || mode == "bf16") return;
+  const std::string sim = simulated_format(mode);
   LinearFormat f;
   try {
-    f = parse_linear_format(mode);
+    f = parse_linear_format(sim.empty() ? mode : sim);
   } catch (const Error&) {
     detail::fail(ErrorCode::invalid_argument,
                  "nibble::llm: unknown weight format '" + mode +
                      "' (f32, bf16, or a nibble linear format such as w4a8_pc, w4a8_g128, w8a8, "
-                     "w4a16_g128, w4a16_g128_asym; `nibble formats` lists them)");
+                     "w4a16_g128, w4a16_g128_asym, optionally as sim:FORMAT; `nibble formats` "
+                     "lists them)");
   }
   if (f.act == ActScheme::s8_per_tensor)
     detail::fail(ErrorCode::unsupported, "nibble::llm: '" + mode +
@@ -230,7 +303,8 @@ void check_weight_mode(const std::string& mode) {
 
 int64_t padded_k(const std::string& mode, int64_t k) {
   if (mode == "f32" || mode == "bf16") return k;
-  const LinearFormat f = parse_linear_format(mode);
+  const std::string sim = simulated_format(mode);
+  const LinearFormat f = parse_linear_format(sim.empty() ? mode : sim);
   const int64_t g = f.weight.per_channel()
                         ? (dtype_bits(weight_value_dtype(f.weight.scheme)) == 4 ? 2 : 1)
                         : f.weight.group_size;
@@ -243,6 +317,15 @@ std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, Quantized
   if (mode == "f32" || mode == "bf16")
     detail::fail(ErrorCode::invalid_argument,
                  "nibble::llm::make_quantized_linear: '" + mode + "' is not a quantized format");
+  if (const std::string sim = simulated_format(mode); !sim.empty()) {
+    const LinearFormat f = parse_linear_format(sim);
+    if (!(qw.format == f.weight) || qw.k != padded_k(sim, k))
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm::make_quantized_linear: weights of format " +
+                       to_string(qw.format) + " with K = " + std::to_string(qw.k) +
+                       " do not fit " + mode + " with K = " + std::to_string(k));
+    return std::make_unique<SimLinear>(f, mode, qw, k, pool);
+  }
   return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, std::move(qw), k, pool);
 }
 
@@ -253,6 +336,11 @@ std::unique_ptr<Linear> make_linear(const std::string& mode, std::vector<float> 
     detail::fail(ErrorCode::internal, "nibble::llm::make_linear: weight size does not match n·k");
   if (mode == "f32") return std::make_unique<F32Linear>(std::move(w), n, k, pool);
   if (mode == "bf16") return std::make_unique<Bf16Linear>(w, n, k, pool);
+  if (const std::string sim = simulated_format(mode); !sim.empty()) {
+    // Quantized exactly as the reference mode quantizes (round to nearest, K padded).
+    const NibbleLinear ref(parse_linear_format(sim), sim, w, n, k, nullptr);
+    return std::make_unique<SimLinear>(parse_linear_format(sim), mode, *ref.quantized(), k, pool);
+  }
   return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, w, n, k, pool);
 }
 
