@@ -55,6 +55,7 @@ class GptqDevice {
 
  private:
   struct State;
+  static void release(State*& s);
   State* state_;
 };
 /// Σ_t x_t x_tᵀ of x (M, K) f32 on a CUDA device (cublasDsyrk in f64), added into sum (K, K).
