@@ -145,21 +145,32 @@ bool needs_calibration(const std::string& method) {
   return method == "gptq" || method == "smoothquant-rtn" || method == "smoothquant-gptq";
 }
 
-std::vector<std::vector<int32_t>> calibration_windows(std::span<const int32_t> tokens,
-                                                      int64_t samples, int64_t len,
-                                                      uint64_t seed) {
+std::vector<std::vector<int32_t>> calibration_windows(const Tokenizer& tokenizer,
+                                                      std::string_view text, int64_t samples,
+                                                      int64_t len, uint64_t seed) {
   if (samples < 1 || len < 2)
     fail_quant("calibration needs at least 1 window of at least 2 tokens, got " +
                std::to_string(samples) + " of " + std::to_string(len));
-  if (static_cast<int64_t>(tokens.size()) < len)
-    fail_quant("the calibration text has " + std::to_string(tokens.size()) +
-               " tokens, fewer than one window of " + std::to_string(len));
+  if (text.empty()) fail_quant("the calibration text is empty");
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> start(0, static_cast<int64_t>(tokens.size()) - len);
+  std::uniform_int_distribution<size_t> offset(0, text.size() - 1);
   std::vector<std::vector<int32_t>> out;
   for (int64_t s = 0; s < samples; ++s) {
-    const int64_t b = start(rng);
-    out.emplace_back(tokens.begin() + b, tokens.begin() + b + len);
+    size_t b = offset(rng);
+    while (b > 0 && text[b - 1] != '\n') --b;  // the start of its line
+    // Tokenize from b in pieces of 8 bytes per wanted token, doubling until len tokens come
+    // (a piece may cut its last word; 16 tokens of margin keep that cut beyond len).
+    std::vector<int32_t> ids;
+    for (size_t bytes = static_cast<size_t>(len) * 8;; bytes *= 2) {
+      const std::string_view piece = text.substr(b, bytes);
+      ids = tokenizer.encode(piece, false);
+      if (static_cast<int64_t>(ids.size()) > len + 16 || b + bytes >= text.size()) break;
+    }
+    if (static_cast<int64_t>(ids.size()) < len)
+      fail_quant("the calibration text has fewer than " + std::to_string(len) +
+                 " tokens after byte " + std::to_string(b));
+    ids.resize(static_cast<size_t>(len));
+    out.push_back(std::move(ids));
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llm/model_files.h"
@@ -36,10 +37,13 @@ inline constexpr const char* kQuantMethods = "rtn, rtn-mse, gptq, smoothquant-rt
 /// Whether `method` needs calibration data (gptq and the smoothquant methods).
 bool needs_calibration(const std::string& method);
 
-/// `samples` windows of `len` tokens from `tokens`, at starts drawn uniformly (with replacement)
-/// from [0, tokens.size() − len] by mt19937_64(seed). Throws when the text is shorter than len.
-std::vector<std::vector<int32_t>> calibration_windows(std::span<const int32_t> tokens,
-                                                      int64_t samples, int64_t len, uint64_t seed);
+/// `samples` windows of `len` tokens of `text` (no BOS). Window s starts at the beginning of the
+/// line that holds byte offset b_s, the b_s drawn uniformly (with replacement) by
+/// mt19937_64(seed); only the text from there is tokenized (in growing pieces), not the whole
+/// file. Throws when no line start has `len` tokens after it.
+std::vector<std::vector<int32_t>> calibration_windows(const Tokenizer& tokenizer,
+                                                      std::string_view text, int64_t samples,
+                                                      int64_t len, uint64_t seed);
 
 struct QuantizeProgress {
   std::string stage;  ///< "smoothquant statistics", "gptq", "rtn"

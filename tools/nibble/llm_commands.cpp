@@ -350,7 +350,7 @@ int quantize_command(const std::string& cmd, int argc, char** argv) {
       usage_error(cmd, "--method " + o.method + " needs --calib TEXT (e.g. austen-train.txt)");
     if (!m.tokenizer) usage_error(cmd, "the model has no tokenizer for the calibration text");
     const std::string text = llm::read_text_file(a.get("calib", ""), ("nibble " + cmd).c_str());
-    calib = llm::calibration_windows(m.tokenizer->encode(text, false), samples, len, seed);
+    calib = llm::calibration_windows(*m.tokenizer, text, samples, len, seed);
   }
   const bool quiet = a.has("quiet");
   const auto t0 = std::chrono::steady_clock::now();
