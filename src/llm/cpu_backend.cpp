@@ -21,6 +21,7 @@
 #include "common/check.h"
 #include "llm/backend.h"
 #include "llm/model_files.h"
+#include "nibble/formats.h"
 #include "nibble/numeric.h"
 
 namespace nibble::llm {
@@ -81,15 +82,19 @@ class CpuBackend final : public Backend, public BlockRunner {
         if (stored.empty())
           return std::make_unique<StrategyLinear>(opt.strategy, src.load(p + name, {n, k}), n, k,
                                                   &pool_);
-        // A pre-quantized checkpoint runs in its own format only (its floats are gone), or
-        // simulated in it (sim:FORMAT, the accuracy study).
+        // A pre-quantized checkpoint runs in a format with its weight format (its floats are
+        // gone; the activations are quantized at run time, so their scheme may change), or
+        // simulated in one (sim:FORMAT, the accuracy study).
         const std::string mode = opt.strategy.prefill;
-        if ((mode != stored && mode != kSimPrefix + stored) || opt.strategy.decode != mode)
-          detail::fail(ErrorCode::invalid_argument, "nibble::llm: the checkpoint holds '" + p +
-                                                        name + "' pre-quantized as " + stored +
-                                                        "; it runs with --format " + stored +
-                                                        " (or sim:" + stored + "), not " +
-                                                        opt.strategy.describe());
+        const std::string sim = mode.rfind(kSimPrefix, 0) == 0 ? mode.substr(4) : mode;
+        const bool fits = mode != "f32" && mode != "bf16" && opt.strategy.decode == mode &&
+                          parse_linear_format(sim).weight == parse_linear_format(stored).weight;
+        if (!fits)
+          detail::fail(ErrorCode::invalid_argument,
+                       "nibble::llm: the checkpoint holds '" + p + name +
+                           "' pre-quantized as " + stored + "; it runs with --format " + stored +
+                           " (or another activation scheme of its weights, or sim:" + stored +
+                           "), not " + opt.strategy.describe());
         return std::make_unique<StrategyLinear>(
             make_quantized_linear(mode, src.load_quantized(p + name, n, k), k, &pool_));
       };
