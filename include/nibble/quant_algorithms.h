@@ -26,7 +26,7 @@ namespace nibble {
 /// How the scale of a channel or group is chosen.
 enum class ClipMethod : uint8_t {
   minmax,  ///< s = amax / qmax, nothing clipped (quantize_weight's rule)
-  mse,     ///< s = r·amax / qmax, r from a grid in [clip_min_ratio, 1] minimising Σ (w − s·q)²
+  mse,  ///< s = r·amax / qmax, r from a grid in [clip_min_ratio, 1] minimising Σ (w − s·q)²
 };
 
 /// The options every weight quantizer here shares.

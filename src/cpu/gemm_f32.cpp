@@ -70,10 +70,17 @@ template <class W>
   int64_t r = 0;
   for (; r + 4 <= m; r += 4) row_tiles<4>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy);
   switch (m - r) {
-    case 3: row_tiles<3>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy); break;
-    case 2: row_tiles<2>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy); break;
-    case 1: row_tiles<1>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy); break;
-    default: break;
+    case 3:
+      row_tiles<3>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy);
+      break;
+    case 2:
+      row_tiles<2>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy);
+      break;
+    case 1:
+      row_tiles<1>(x + r * ldx, ldx, w, ldw, n, k, y + r * ldy, ldy);
+      break;
+    default:
+      break;
   }
 }
 

@@ -70,9 +70,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& fil
 
 /// The seven linear layers of a block, in the order the forward pass runs them.
 enum class BlockLinear : uint8_t { q, k, v, o, gate, up, down };
-inline constexpr BlockLinear kBlockLinears[] = {BlockLinear::q,    BlockLinear::k,  BlockLinear::v,
-                                                BlockLinear::o,    BlockLinear::gate,
-                                                BlockLinear::up,   BlockLinear::down};
+inline constexpr BlockLinear kBlockLinears[] = {
+    BlockLinear::q,    BlockLinear::k,  BlockLinear::v,   BlockLinear::o,
+    BlockLinear::gate, BlockLinear::up, BlockLinear::down};
 /// Its tensor name within a block: "attn_q.weight", ..., "ffn_down.weight".
 const char* tensor_role(BlockLinear which);
 

@@ -91,8 +91,8 @@ class CpuBackend final : public Backend, public BlockRunner {
                           parse_linear_format(sim).weight == parse_linear_format(stored).weight;
         if (!fits)
           detail::fail(ErrorCode::invalid_argument,
-                       "nibble::llm: the checkpoint holds '" + p + name +
-                           "' pre-quantized as " + stored + "; it runs with --format " + stored +
+                       "nibble::llm: the checkpoint holds '" + p + name + "' pre-quantized as " +
+                           stored + "; it runs with --format " + stored +
                            " (or another activation scheme of its weights, or sim:" + stored +
                            "), not " + opt.strategy.describe());
         return std::make_unique<StrategyLinear>(
@@ -175,15 +175,14 @@ class CpuBackend final : public Backend, public BlockRunner {
   void set_linear(int64_t layer, BlockLinear which, std::unique_ptr<Linear> linear) override {
     check_block_args(layer, 1);
     Layer& L = layers_[static_cast<size_t>(layer)];
-    std::unique_ptr<StrategyLinear>* slots[] = {&L.wq,     &L.wk, &L.wv,    &L.wo,
+    std::unique_ptr<StrategyLinear>* slots[] = {&L.wq,     &L.wk,   &L.wv,    &L.wo,
                                                 &L.w_gate, &L.w_up, &L.w_down};
     auto& slot = *slots[static_cast<int>(which)];
     if (linear->n() != slot->n() || linear->k() != slot->k())
       detail::fail(ErrorCode::invalid_argument,
                    "nibble::llm::BlockRunner::set_linear: a " + std::to_string(linear->n()) + "×" +
-                       std::to_string(linear->k()) + " layer cannot replace " +
-                       tensor_role(which) + " (" + std::to_string(slot->n()) + "×" +
-                       std::to_string(slot->k()) + ")");
+                       std::to_string(linear->k()) + " layer cannot replace " + tensor_role(which) +
+                       " (" + std::to_string(slot->n()) + "×" + std::to_string(slot->k()) + ")");
     slot = std::make_unique<StrategyLinear>(std::move(linear));
   }
 
@@ -349,7 +348,7 @@ class CpuBackend final : public Backend, public BlockRunner {
 }  // namespace
 
 const char* tensor_role(BlockLinear which) {
-  static const char* const names[] = {"attn_q.weight",   "attn_k.weight", "attn_v.weight",
+  static const char* const names[] = {"attn_q.weight",      "attn_k.weight",   "attn_v.weight",
                                       "attn_output.weight", "ffn_gate.weight", "ffn_up.weight",
                                       "ffn_down.weight"};
   return names[static_cast<int>(which)];

@@ -40,8 +40,8 @@ void gemm_rows(const float* x, int64_t m, const W* w, int64_t n, int64_t k, floa
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * kBlockN, n1 = std::min(n, n0 + kBlockN);
       for (int64_t r0 = 0; r0 < m; r0 += kBlockM)
-        gemm(x + r0 * k, k, std::min(kBlockM, m - r0), w + n0 * k, k, n1 - n0, k,
-             y + r0 * n + n0, n);
+        gemm(x + r0 * k, k, std::min(kBlockM, m - r0), w + n0 * k, k, n1 - n0, k, y + r0 * n + n0,
+             n);
     }
   };
   const int64_t blocks = (n + kBlockN - 1) / kBlockN;
@@ -321,9 +321,9 @@ std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, Quantized
     const LinearFormat f = parse_linear_format(sim);
     if (!(qw.format == f.weight) || qw.k != padded_k(sim, k))
       detail::fail(ErrorCode::invalid_argument,
-                   "nibble::llm::make_quantized_linear: weights of format " +
-                       to_string(qw.format) + " with K = " + std::to_string(qw.k) +
-                       " do not fit " + mode + " with K = " + std::to_string(k));
+                   "nibble::llm::make_quantized_linear: weights of format " + to_string(qw.format) +
+                       " with K = " + std::to_string(qw.k) + " do not fit " + mode +
+                       " with K = " + std::to_string(k));
     return std::make_unique<SimLinear>(f, mode, qw, k, pool);
   }
   return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, std::move(qw), k, pool);

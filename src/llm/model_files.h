@@ -79,7 +79,8 @@ class MemorySource final : public WeightSource {
     std::vector<float> data;
   };
   std::map<std::string, Floats> floats_;
-  std::map<std::string, std::pair<std::string, QuantizedWeight>> quantized_;  // name → (format, weights)
+  // name → (format, weights)
+  std::map<std::string, std::pair<std::string, QuantizedWeight>> quantized_;
 };
 
 struct ModelFiles {
@@ -107,9 +108,10 @@ std::string hf_tensor_name(const std::string& canonical);
 /// tokenizer.json and model.safetensors. The seven linears of every block are stored in the
 /// nibble linear format `format`: as the source holds them when it has them pre-quantized in
 /// that format (a MemorySource from quantize_model), else quantized exactly as the runner
-/// quantizes at load (round to nearest, K padded to the group) and stored as <hf name>.qweight / .scales / .zeros /
-/// .group_scales (4-bit values as U8 bytes, two per byte); the embedding and output are stored
-/// in `head_mode` (BF16 or F32), the norms in F32. Metadata: nibble.format, nibble.version.
+/// quantizes at load (round to nearest, K padded to the group) and stored as <hf name>.qweight /
+/// .scales / .zeros / .group_scales (4-bit values as U8 bytes, two per byte); the embedding and
+/// output are stored in `head_mode` (BF16 or F32), the norms in F32. Metadata: nibble.format,
+/// nibble.version.
 void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
                              const std::string& dir);
 

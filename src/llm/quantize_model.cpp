@@ -15,8 +15,7 @@ namespace nibble::llm {
 
 namespace {
 
-[[noreturn]] void fail_quant(const std::string& msg,
-                             ErrorCode code = ErrorCode::invalid_argument) {
+[[noreturn]] void fail_quant(const std::string& msg, ErrorCode code = ErrorCode::invalid_argument) {
   detail::fail(code, "nibble::llm::quantize_model: " + msg);
 }
 
@@ -27,13 +26,18 @@ struct Shape {
 Shape shape_of(const ModelConfig& c, BlockLinear which) {
   const int64_t d = c.dim, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
   switch (which) {
-    case BlockLinear::q: return {qd, d};
+    case BlockLinear::q:
+      return {qd, d};
     case BlockLinear::k:
-    case BlockLinear::v: return {kvd, d};
-    case BlockLinear::o: return {d, qd};
+    case BlockLinear::v:
+      return {kvd, d};
+    case BlockLinear::o:
+      return {d, qd};
     case BlockLinear::gate:
-    case BlockLinear::up: return {c.ffn_dim, d};
-    case BlockLinear::down: return {d, c.ffn_dim};
+    case BlockLinear::up:
+      return {c.ffn_dim, d};
+    case BlockLinear::down:
+      return {d, c.ffn_dim};
   }
   return {0, 0};
 }
@@ -47,9 +51,12 @@ std::string tensor_name(int64_t layer, BlockLinear which) {
 BlockLinear input_of(BlockLinear which) {
   switch (which) {
     case BlockLinear::k:
-    case BlockLinear::v: return BlockLinear::q;
-    case BlockLinear::up: return BlockLinear::gate;
-    default: return which;
+    case BlockLinear::v:
+      return BlockLinear::q;
+    case BlockLinear::up:
+      return BlockLinear::gate;
+    default:
+      return which;
   }
 }
 constexpr BlockLinear kInputs[] = {BlockLinear::q, BlockLinear::o, BlockLinear::gate,
@@ -95,7 +102,8 @@ void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
     const Shape sh = shape_of(c, l);
     std::vector<float>& w = mem.values(tensor_name(layer, l));
     for (int64_t r = 0; r < sh.n; ++r)
-      for (int64_t i = 0; i < sh.k; ++i) w[static_cast<size_t>(r * sh.k + i)] /= s[static_cast<size_t>(r)];
+      for (int64_t i = 0; i < sh.k; ++i)
+        w[static_cast<size_t>(r * sh.k + i)] /= s[static_cast<size_t>(r)];
   };
   auto divide_norm = [&](const char* role, const std::vector<float>& s) {
     std::vector<float>& g = mem.values("blk." + std::to_string(layer) + "." + role);
@@ -103,14 +111,12 @@ void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
   };
   const std::string blk = "blk." + std::to_string(layer) + ".";
   // q/k/v and gate/up: 1/s into the RMSNorm weight that produces their input.
-  const auto s_qkv = smoothquant_scales(act.at(BlockLinear::q),
-                                        colmax({BlockLinear::q, BlockLinear::k, BlockLinear::v}),
-                                        alpha);
+  const auto s_qkv = smoothquant_scales(
+      act.at(BlockLinear::q), colmax({BlockLinear::q, BlockLinear::k, BlockLinear::v}), alpha);
   divide_norm("attn_norm.weight", s_qkv);
   for (BlockLinear l : {BlockLinear::q, BlockLinear::k, BlockLinear::v}) scale_cols(l, s_qkv);
-  const auto s_gu =
-      smoothquant_scales(act.at(BlockLinear::gate), colmax({BlockLinear::gate, BlockLinear::up}),
-                         alpha);
+  const auto s_gu = smoothquant_scales(act.at(BlockLinear::gate),
+                                       colmax({BlockLinear::gate, BlockLinear::up}), alpha);
   divide_norm("ffn_norm.weight", s_gu);
   for (BlockLinear l : {BlockLinear::gate, BlockLinear::up}) scale_cols(l, s_gu);
   // o: its input channel (h, i) is a convex combination of v's output channel (h / group, i),
@@ -121,7 +127,8 @@ void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
   std::vector<float> kv_a(static_cast<size_t>(kvd), 0.0f), kv_w(kv_a.size(), 0.0f);
   for (int64_t h = 0; h < c.n_heads; ++h)
     for (int64_t i = 0; i < hd; ++i) {
-      const auto src = static_cast<size_t>(h * hd + i), dst = static_cast<size_t>((h / group) * hd + i);
+      const auto src = static_cast<size_t>(h * hd + i),
+                 dst = static_cast<size_t>((h / group) * hd + i);
       kv_a[dst] = std::max(kv_a[dst], o_a[src]);
       kv_w[dst] = std::max(kv_w[dst], o_w[src]);
     }
@@ -189,8 +196,10 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
   const bool symmetric =
       lf.weight.scheme == WeightScheme::s4_sym || lf.weight.scheme == WeightScheme::s8_sym;
   if (!symmetric && (m != "rtn" || opt.weights.qmax != 0))
-    fail_quant("method " + m + " needs a symmetric weight format (w4a8_*, w8a8*, w4a16_g*, "
-               "w8a16, ...), got " + opt.format);
+    fail_quant("method " + m +
+               " needs a symmetric weight format (w4a8_*, w8a8*, w4a16_g*, "
+               "w8a16, ...), got " +
+               opt.format);
   if (needs_calibration(m) && calib.empty()) fail_quant("method " + m + " needs calibration text");
   const bool smooth = m.rfind("smoothquant-", 0) == 0;
   const bool gptq = m == "gptq" || m == "smoothquant-gptq";
@@ -209,8 +218,10 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
   const int64_t d = c.dim;
   auto copy = [&](const std::string& name, std::vector<int64_t> shape) {
     std::vector<float> v;
-    if (shape.size() == 1) v = model.weights->load(name, {shape[0]});
-    else v = model.weights->load(name, {shape[0], shape[1]});
+    if (shape.size() == 1)
+      v = model.weights->load(name, {shape[0]});
+    else
+      v = model.weights->load(name, {shape[0], shape[1]});
     mem.put(name, std::move(shape), std::move(v));
   };
   copy("token_embd.weight", {c.vocab_size, d});
@@ -242,8 +253,7 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
     // One f32 pass: per-channel max |x| of the four inputs of every block.
     std::vector<std::map<BlockLinear, std::vector<float>>> act(static_cast<size_t>(c.n_layers));
     for (auto& a : act)
-      for (BlockLinear in : kInputs)
-        a[in].assign(static_cast<size_t>(shape_of(c, in).k), 0.0f);
+      for (BlockLinear in : kInputs) a[in].assign(static_cast<size_t>(shape_of(c, in).k), 0.0f);
     auto runner = make_cpu_block_runner(work, bo);
     const LinearObserver observe = [&](int64_t layer, BlockLinear which, const float* x,
                                        int64_t rows, int64_t k) {
@@ -259,7 +269,8 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
       x.resize(static_cast<size_t>(len * d));
       runner->embed(calib[s], x.data());
       for (int64_t l = 0; l < c.n_layers; ++l) runner->run_block(l, x.data(), len, observe);
-      report("smoothquant statistics", static_cast<int64_t>(s) + 1, static_cast<int64_t>(calib.size()));
+      report("smoothquant statistics", static_cast<int64_t>(s) + 1,
+             static_cast<int64_t>(calib.size()));
     }
     for (int64_t l = 0; l < c.n_layers; ++l)
       fold_smoothquant(mem, c, l, act[static_cast<size_t>(l)], opt.alpha);
@@ -276,9 +287,12 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
     std::vector<float> w = pad_columns(mem.values(name), s.n, s.k, kp);
     const TensorView wv = TensorView::contiguous(w.data(), DType::f32, {s.n, kp});
     QuantizedWeight qw(lf.weight, s.n, kp);
-    if (h != nullptr) quantize_weight_gptq(wv, *h, qw.view(), wopt);
-    else if (symmetric) quantize_weight_rtn(wv, qw.view(), wopt);
-    else quantize_weight(wv, qw.view());
+    if (h != nullptr)
+      quantize_weight_gptq(wv, *h, qw.view(), wopt);
+    else if (symmetric)
+      quantize_weight_rtn(wv, qw.view(), wopt);
+    else
+      quantize_weight(wv, qw.view());
     mem.put_quantized(name, opt.format, std::move(qw));
   };
 
@@ -318,12 +332,11 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
     }
     // The seven GPTQ runs are independent: spread over the pool, the largest first so that
     // the two contiguous halves take about as long.
-    static constexpr BlockLinear order[] = {BlockLinear::down, BlockLinear::q,    BlockLinear::k,
-                                            BlockLinear::v,    BlockLinear::o,    BlockLinear::gate,
+    static constexpr BlockLinear order[] = {BlockLinear::down, BlockLinear::q, BlockLinear::k,
+                                            BlockLinear::v,    BlockLinear::o, BlockLinear::gate,
                                             BlockLinear::up};
     pool.parallel_for(7, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        quantize_one(l, order[i], hs[input_of(order[i])].get());
+      for (int64_t i = i0; i < i1; ++i) quantize_one(l, order[i], hs[input_of(order[i])].get());
     });
     for (BlockLinear which : kBlockLinears) {
       const Shape s = shape_of(c, which);

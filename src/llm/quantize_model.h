@@ -32,7 +32,8 @@ struct ModelQuantOptions {
 };
 
 /// The methods ModelQuantOptions::method accepts, for messages and the CLI.
-inline constexpr const char* kQuantMethods = "rtn, rtn-mse, gptq, smoothquant-rtn, smoothquant-gptq";
+inline constexpr const char* kQuantMethods =
+    "rtn, rtn-mse, gptq, smoothquant-rtn, smoothquant-gptq";
 
 /// Whether `method` needs calibration data (gptq and the smoothquant methods).
 bool needs_calibration(const std::string& method);

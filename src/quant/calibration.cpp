@@ -69,7 +69,8 @@ float ActivationObserver::percentile_absmax(double p) const {
   if (!(p > 0.0 && p <= 100.0))
     detail::fail(ErrorCode::invalid_argument,
                  "nibble::ActivationObserver::percentile_absmax: argument 'p' must be in (0, 100], "
-                 "got " + std::to_string(p));
+                 "got " +
+                     std::to_string(p));
   const float amax = absmax();
   if (p == 100.0 || count_ == 0) return amax;
   const auto need = static_cast<int64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));

@@ -46,9 +46,9 @@ constexpr int64_t kHessianChunk = 512;
 
 GptqHessian::GptqHessian(int64_t k) : k_(k) {
   if (k <= 0 || k > (int64_t{1} << 16))
-    detail::fail(ErrorCode::invalid_argument,
-                 "nibble::GptqHessian: argument 'k' must be in [1, 65536], got " +
-                     std::to_string(k));
+    detail::fail(
+        ErrorCode::invalid_argument,
+        "nibble::GptqHessian: argument 'k' must be in [1, 65536], got " + std::to_string(k));
   sum_.assign(static_cast<size_t>(k * k), 0.0);
 }
 
@@ -90,7 +90,8 @@ void GptqHessian::add(const TensorView& x) {
                        g.data() + i0 * k_, k_);
     }
     for (int64_t i = 0; i < k_; ++i)
-      for (int64_t j = 0; j <= i; ++j) sum_[static_cast<size_t>(i * k_ + j)] += g[static_cast<size_t>(i * k_ + j)];
+      for (int64_t j = 0; j <= i; ++j)
+        sum_[static_cast<size_t>(i * k_ + j)] += g[static_cast<size_t>(i * k_ + j)];
   }
   for (int64_t i = 0; i < k_; ++i)
     for (int64_t j = i + 1; j < k_; ++j)
@@ -111,8 +112,8 @@ GptqResult quantize_weight_gptq(const TensorView& w, const GptqHessian& hessian,
   const detail::ArgCheck check("quantize_weight_gptq");
   const int qmax = quant::check_weight_quantizer(check, w, out, opt);
   check.condition(hessian.k() == out.k, "h",
-                  "must be a Hessian of K = " + std::to_string(out.k) + " inputs, got K = " +
-                      std::to_string(hessian.k()));
+                  "must be a Hessian of K = " + std::to_string(out.k) +
+                      " inputs, got K = " + std::to_string(hessian.k()));
   check.condition(hessian.samples() > 0, "h", "has no calibration rows (add() was never called)");
   check.condition(std::isfinite(opt.damp) && opt.damp >= 0.0, "opt.damp",
                   "must be a finite number >= 0, got " + std::to_string(opt.damp));
@@ -180,9 +181,8 @@ GptqResult quantize_weight_gptq(const TensorView& w, const GptqHessian& hessian,
   pd = quant::upper_cholesky_of_inverse(hp, k, u);
 #endif
   if (!pd)
-    check.fail("h",
-               "is not positive definite after dampening (damp = " + std::to_string(opt.damp) +
-                   "): raise opt.damp or add calibration rows");
+    check.fail("h", "is not positive definite after dampening (damp = " + std::to_string(opt.damp) +
+                        "): raise opt.damp or add calibration rows");
 
   std::vector<int32_t> q(static_cast<size_t>(n_rows * k));  // in original column order
   std::vector<float> grp(static_cast<size_t>(g));
@@ -200,7 +200,8 @@ GptqResult quantize_weight_gptq(const TensorView& w, const GptqHessian& hessian,
         const int64_t c = perm[static_cast<size_t>(i)], gi = c / g;
         float& s = scales[static_cast<size_t>(n * groups + gi)];
         if (!static_scales && c % g == 0) {  // without act_order, perm is the identity
-          for (int64_t t = 0; t < g; ++t) grp[static_cast<size_t>(t)] = static_cast<float>(row[c + t]);
+          for (int64_t t = 0; t < g; ++t)
+            grp[static_cast<size_t>(t)] = static_cast<float>(row[c + t]);
           s = quant::choose_scale(grp.data(), g, qmax, f.scale_dtype, opt, n);
         }
         const int qi = cpu::quantize_int(static_cast<float>(row[i]), s, -qmax, qmax);
@@ -226,7 +227,8 @@ GptqResult quantize_weight_gptq(const TensorView& w, const GptqHessian& hessian,
   }
   for (int64_t n = 0; n < n_rows; ++n) {
     for (int64_t gi = 0; gi < groups; ++gi)
-      cpu::set_float(out.scales, n, f.per_channel() ? 0 : gi, scales[static_cast<size_t>(n * groups + gi)]);
+      cpu::set_float(out.scales, n, f.per_channel() ? 0 : gi,
+                     scales[static_cast<size_t>(n * groups + gi)]);
     for (int64_t c = 0; c < k; ++c) cpu::set_int(out.q, n, c, q[at(n, c)]);
   }
   return result;

@@ -22,9 +22,9 @@ int check_weight_quantizer(const detail::ArgCheck& check, const TensorView& w,
   detail::check_weight(check, out, Device::cpu(), "out");
   check.shape(w, "w", {out.n, out.k});
   const WeightScheme s = out.format.scheme;
-  check.condition(s == WeightScheme::s4_sym || s == WeightScheme::s8_sym, "out.format",
-                  std::string("must be a symmetric weight format (s4_sym or s8_sym), got ") +
-                      to_string(s));
+  check.condition(
+      s == WeightScheme::s4_sym || s == WeightScheme::s8_sym, "out.format",
+      std::string("must be a symmetric weight format (s4_sym or s8_sym), got ") + to_string(s));
   const int format_qmax = weight_qmax(s);
   check.condition(opt.qmax >= 0 && opt.qmax <= format_qmax, "opt.qmax",
                   "must be in [1, " + std::to_string(format_qmax) + "] (or 0: the format's), got " +
@@ -46,9 +46,9 @@ int check_weight_quantizer(const detail::ArgCheck& check, const TensorView& w,
 double quantization_sse(const float* w, int64_t count, float s, int qmax) {
   double sse = 0;
   for (int64_t i = 0; i < count; ++i) {
-    const double d = static_cast<double>(w[i]) -
-                     static_cast<double>(s * static_cast<float>(cpu::quantize_int(w[i], s, -qmax,
-                                                                                  qmax)));
+    const double d =
+        static_cast<double>(w[i]) -
+        static_cast<double>(s * static_cast<float>(cpu::quantize_int(w[i], s, -qmax, qmax)));
     sse += d * d;
   }
   return sse;

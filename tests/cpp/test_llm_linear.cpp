@@ -151,7 +151,8 @@ TEST(LlmLinear, SimulatedModesMatchTheReferenceLinear) {
   auto x = randn(static_cast<size_t>(m * k), 11);
   const auto w = randn(static_cast<size_t>(n * k), 12, 0.05f);
   x[3 * k + 17] = 3000.0f;  // a "massive activation", as real models have in a few channels
-  for (const char* mode : {"w4a8_g128", "w8a8", "w4a16_g128", "w4a8_pc", "w4a4_g32", "w4afp8_g64"}) {
+  for (const char* mode :
+       {"w4a8_g128", "w8a8", "w4a16_g128", "w4a8_pc", "w4a4_g32", "w4afp8_g64"}) {
     SCOPED_TRACE(mode);
     auto ref = make_linear(mode, w, n, k, nullptr);
     auto sim = make_linear(std::string("sim:") + mode, w, n, k, nullptr);

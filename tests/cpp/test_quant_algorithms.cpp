@@ -39,7 +39,8 @@ Tensor correlated_activations(int64_t m, int64_t k, Rng& rng) {
     for (auto& v : z) v = rng.normal();
     for (int64_t c = 0; c < k; ++c) {
       double s = 0.1 * rng.normal();
-      for (int64_t t = 0; t < f; ++t) s += z[static_cast<size_t>(t)] * a[static_cast<size_t>(t * k + c)];
+      for (int64_t t = 0; t < f; ++t)
+        s += z[static_cast<size_t>(t)] * a[static_cast<size_t>(t * k + c)];
       x.view().ptr<float>()[r * k + c] = static_cast<float>(s * (0.2 + 3.0 * (c % 5 == 0)));
     }
   }
@@ -56,7 +57,8 @@ double output_error(const Tensor& x, const Tensor& w, const QuantizedWeight& q) 
       double d = 0;
       for (int64_t t = 0; t < k; ++t)
         d += static_cast<double>(x.view().ptr<float>()[r * k + t]) *
-             (static_cast<double>(w.view().ptr<float>()[c * k + t]) - wd[static_cast<size_t>(c * k + t)]);
+             (static_cast<double>(w.view().ptr<float>()[c * k + t]) -
+              wd[static_cast<size_t>(c * k + t)]);
       err += d * d;
     }
   return std::sqrt(err);
@@ -110,7 +112,8 @@ TEST(QuantRtn, MseClippingNeverWorseThanMinmaxOnItsObjective) {
       QuantizedWeight mm(f, 16, 256), mse(f, 16, 256);
       quantize_weight_rtn(w.view(), mm.view(), {.qmax = qmax});
       quantize_weight_rtn(w.view(), mse.view(), {.qmax = qmax, .clip = ClipMethod::mse});
-      const auto a = test::dequantize_weight_f64(mm.view()), b = test::dequantize_weight_f64(mse.view());
+      const auto a = test::dequantize_weight_f64(mm.view()),
+                 b = test::dequantize_weight_f64(mse.view());
       const int64_t g = f.per_channel() ? 256 : f.group_size;
       double total_mm = 0, total_mse = 0;
       for (int64_t r = 0; r < 16; ++r)
@@ -118,8 +121,10 @@ TEST(QuantRtn, MseClippingNeverWorseThanMinmaxOnItsObjective) {
           double e_mm = 0, e_mse = 0;
           for (int64_t c = k0; c < k0 + g; ++c) {
             const double v = w.view().ptr<float>()[r * 256 + c];
-            e_mm += (v - a[static_cast<size_t>(r * 256 + c)]) * (v - a[static_cast<size_t>(r * 256 + c)]);
-            e_mse += (v - b[static_cast<size_t>(r * 256 + c)]) * (v - b[static_cast<size_t>(r * 256 + c)]);
+            e_mm += (v - a[static_cast<size_t>(r * 256 + c)]) *
+                    (v - a[static_cast<size_t>(r * 256 + c)]);
+            e_mse += (v - b[static_cast<size_t>(r * 256 + c)]) *
+                     (v - b[static_cast<size_t>(r * 256 + c)]);
           }
           EXPECT_LE(e_mse, e_mm * (1 + 1e-12)) << "row " << r << " group at " << k0;
           total_mm += e_mm, total_mse += e_mse;
@@ -204,7 +209,8 @@ TEST(QuantGptq, ActOrderPermutationRoundTrips) {
   quantize_weight_gptq(wp.view(), hessian_of(xp), b.view(), opt);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c)
-      ASSERT_EQ(test::int_at(b.view().q, r, c), test::int_at(a.view().q, r, p[static_cast<size_t>(c)]))
+      ASSERT_EQ(test::int_at(b.view().q, r, c),
+                test::int_at(a.view().q, r, p[static_cast<size_t>(c)]))
           << "(" << r << ", " << c << ")";
   EXPECT_TRUE(same_bytes(a.scales, b.scales));
 }
@@ -238,7 +244,8 @@ TEST(QuantGptq, UpperCholeskyOfInverse) {
       double s = 0;
       for (int64_t t = 0; t < k; ++t) {
         double uu = 0;  // (UᵀU)[i][t]
-        for (int64_t r = 0; r < k; ++r) uu += u[static_cast<size_t>(r * k + i)] * u[static_cast<size_t>(r * k + t)];
+        for (int64_t r = 0; r < k; ++r)
+          uu += u[static_cast<size_t>(r * k + i)] * u[static_cast<size_t>(r * k + t)];
         s += uu * hm[static_cast<size_t>(t * k + j)];
       }
       worst = std::max(worst, std::fabs(s - (i == j ? 1.0 : 0.0)));
@@ -251,10 +258,10 @@ TEST(QuantGptq, UpperCholeskyOfInverse) {
 TEST(QuantSmoothQuant, FactorsFollowTheFormula) {
   const std::vector<float> act = {4.0f, 1.0f, 0.0f, 9.0f}, wmax = {1.0f, 4.0f, 2.0f, 0.0f};
   const auto s = smoothquant_scales(act, wmax, 0.5);
-  EXPECT_FLOAT_EQ(s[0], 2.0f);   // sqrt(4) / sqrt(1)
-  EXPECT_FLOAT_EQ(s[1], 0.5f);   // sqrt(1) / sqrt(4)
-  EXPECT_FLOAT_EQ(s[2], 1.0f);   // a channel never active
-  EXPECT_FLOAT_EQ(s[3], 1.0f);   // a channel no weight reads
+  EXPECT_FLOAT_EQ(s[0], 2.0f);  // sqrt(4) / sqrt(1)
+  EXPECT_FLOAT_EQ(s[1], 0.5f);  // sqrt(1) / sqrt(4)
+  EXPECT_FLOAT_EQ(s[2], 1.0f);  // a channel never active
+  EXPECT_FLOAT_EQ(s[3], 1.0f);  // a channel no weight reads
   const auto s1 = smoothquant_scales(act, wmax, 1.0);
   EXPECT_FLOAT_EQ(s1[0], 4.0f);  // α = 1: all of the range moves to the weights
 }
@@ -274,7 +281,8 @@ TEST(QuantSmoothQuant, LeavesTheFloatProductUnchanged) {
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < n; ++c) {
       double a = 0;
-      for (int64_t t = 0; t < k; ++t) a += static_cast<double>(xp[r * k + t]) * w.view().ptr<float>()[c * k + t];
+      for (int64_t t = 0; t < k; ++t)
+        a += static_cast<double>(xp[r * k + t]) * w.view().ptr<float>()[c * k + t];
       ref[static_cast<size_t>(r * n + c)] = a;
     }
   scale_weight_columns(w.view(), s);
@@ -282,7 +290,8 @@ TEST(QuantSmoothQuant, LeavesTheFloatProductUnchanged) {
     for (int64_t c = 0; c < n; ++c) {
       double a = 0;
       for (int64_t t = 0; t < k; ++t)
-        a += static_cast<double>(xp[r * k + t] / s[static_cast<size_t>(t)]) * w.view().ptr<float>()[c * k + t];
+        a += static_cast<double>(xp[r * k + t] / s[static_cast<size_t>(t)]) *
+             w.view().ptr<float>()[c * k + t];
       got[static_cast<size_t>(r * n + c)] = a;
     }
   EXPECT_LT(test::compare(got, ref).rel_frob, 1e-6);
@@ -291,7 +300,8 @@ TEST(QuantSmoothQuant, LeavesTheFloatProductUnchanged) {
   for (int64_t j = 0; j < k; ++j) {
     const float a = obs.channel_absmax()[static_cast<size_t>(j)];
     lo = std::min(lo, a), hi = std::max(hi, a);
-    slo = std::min(slo, a / s[static_cast<size_t>(j)]), shi = std::max(shi, a / s[static_cast<size_t>(j)]);
+    slo = std::min(slo, a / s[static_cast<size_t>(j)]),
+    shi = std::max(shi, a / s[static_cast<size_t>(j)]);
   }
   EXPECT_LT(shi / slo, hi / lo);
 }
@@ -359,7 +369,8 @@ TEST(QuantErrors, BadArgumentsNameTheArgument) {
     EXPECT_TRUE(throws_error([&] { quantize_weight_gptq(w.view(), h64, q4.view(), bad); },
                              ErrorCode::unsupported, {"quantize_weight_gptq", "CUDA"}));
   }
-  EXPECT_TRUE(throws_error([&] { h32.add(w.view()); }, inv, {"GptqHessian::add", arg("x"), "K = 32"}));
+  EXPECT_TRUE(
+      throws_error([&] { h32.add(w.view()); }, inv, {"GptqHessian::add", arg("x"), "K = 32"}));
   EXPECT_TRUE(throws_error([] { GptqHessian bad_k(0); }, inv, {arg("k")}));
   const std::vector<float> a = {1, 2}, b = {1};
   EXPECT_TRUE(throws_error([&] { smoothquant_scales(a, a, 1.5); }, inv, {arg("alpha")}));
@@ -367,7 +378,8 @@ TEST(QuantErrors, BadArgumentsNameTheArgument) {
   Tensor wc = outlier_weights(2, 2, rng);
   const std::vector<float> zero = {1.0f, 0.0f};
   EXPECT_TRUE(throws_error([&] { scale_weight_columns(wc.view(), zero); }, inv, {arg("s"), "> 0"}));
-  EXPECT_TRUE(throws_error([&] { scale_weight_columns(w.view(), zero); }, inv, {arg("w"), "one column per factor"}));
+  EXPECT_TRUE(throws_error([&] { scale_weight_columns(w.view(), zero); }, inv,
+                           {arg("w"), "one column per factor"}));
   ActivationObserver obs(64);
   EXPECT_TRUE(throws_error([&] { static_activation_scale(obs, ActCalibration::minmax); }, inv,
                            {"static_activation_scale", arg("obs"), "observed nothing"}));

@@ -311,7 +311,8 @@ namespace {
 void progress_bar(const llm::QuantizeProgress& p) {
   constexpr int kWidth = 30;
   const int filled = p.total > 0 ? static_cast<int>(kWidth * p.done / p.total) : kWidth;
-  std::fprintf(stderr, "\r[%s%s] %lld/%lld %s", std::string(static_cast<size_t>(filled), '#').c_str(),
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld %s",
+               std::string(static_cast<size_t>(filled), '#').c_str(),
                std::string(static_cast<size_t>(kWidth - filled), '.').c_str(),
                static_cast<long long>(p.done), static_cast<long long>(p.total), p.stage.c_str());
   if (p.done == p.total) std::fprintf(stderr, "\n");
@@ -337,9 +338,11 @@ int quantize_command(const std::string& cmd, int argc, char** argv) {
   o.weights.act_order = a.has("act-order");
   if (a.has("bits")) {  // 3 and 2 restrict the 4-bit grid: qmax = 2^(bits-1) - 1
     const long long bits = a.get_int("bits", 4);
-    const int format_bits = dtype_bits(weight_value_dtype(parse_linear_format(o.format).weight.scheme));
+    const int format_bits =
+        dtype_bits(weight_value_dtype(parse_linear_format(o.format).weight.scheme));
     if (bits < 2 || bits > format_bits)
-      usage_error(cmd, "--bits must be in [2, " + std::to_string(format_bits) + "] for " + o.format);
+      usage_error(cmd,
+                  "--bits must be in [2, " + std::to_string(format_bits) + "] for " + o.format);
     if (bits < format_bits) o.weights.qmax = (1 << (bits - 1)) - 1;
   }
   std::vector<std::vector<int32_t>> calib;
@@ -356,15 +359,16 @@ int quantize_command(const std::string& cmd, int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   ModelFiles q = llm::quantize_model(m, calib, o, quiet ? nullptr : progress_bar);
   llm::write_nibble_checkpoint(q, o.format, a.get("head-format", "bf16"), a.get("out", ""));
-  std::printf("wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s "
-              "(method %s%s%s) in %.1f s\n",
-              a.get("out", "").c_str(), m.config.name.c_str(), o.format.c_str(), o.method.c_str(),
-              o.weights.qmax ? (", qmax " + std::to_string(o.weights.qmax)).c_str() : "",
-              calib.empty() ? ""
-                            : (", " + std::to_string(samples) + "×" + std::to_string(len) +
-                               " calibration tokens, seed " + std::to_string(seed))
-                                  .c_str(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::printf(
+      "wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s "
+      "(method %s%s%s) in %.1f s\n",
+      a.get("out", "").c_str(), m.config.name.c_str(), o.format.c_str(), o.method.c_str(),
+      o.weights.qmax ? (", qmax " + std::to_string(o.weights.qmax)).c_str() : "",
+      calib.empty() ? ""
+                    : (", " + std::to_string(samples) + "×" + std::to_string(len) +
+                       " calibration tokens, seed " + std::to_string(seed))
+                          .c_str(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }
 

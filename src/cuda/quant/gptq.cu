@@ -35,22 +35,22 @@ namespace {
 
 [[noreturn]] void fail_library(const char* what, int status, const char* file, int line) {
   detail::fail(ErrorCode::cuda_error, std::string("nibble GPTQ (CUDA): ") + what +
-                                          " failed with status " + std::to_string(status) +
-                                          " at " + file + ":" + std::to_string(line));
+                                          " failed with status " + std::to_string(status) + " at " +
+                                          file + ":" + std::to_string(line));
 }
 
-#define NIBBLE_CUBLAS_CHECK(call)                                                        \
-  do {                                                                                   \
-    const cublasStatus_t nibble_st_ = (call);                                            \
-    if (nibble_st_ != CUBLAS_STATUS_SUCCESS)                                             \
-      fail_library(#call, static_cast<int>(nibble_st_), __FILE__, __LINE__);             \
+#define NIBBLE_CUBLAS_CHECK(call)                                            \
+  do {                                                                       \
+    const cublasStatus_t nibble_st_ = (call);                                \
+    if (nibble_st_ != CUBLAS_STATUS_SUCCESS)                                 \
+      fail_library(#call, static_cast<int>(nibble_st_), __FILE__, __LINE__); \
   } while (0)
 
-#define NIBBLE_CUSOLVER_CHECK(call)                                                      \
-  do {                                                                                   \
-    const cusolverStatus_t nibble_st_ = (call);                                          \
-    if (nibble_st_ != CUSOLVER_STATUS_SUCCESS)                                           \
-      fail_library(#call, static_cast<int>(nibble_st_), __FILE__, __LINE__);             \
+#define NIBBLE_CUSOLVER_CHECK(call)                                          \
+  do {                                                                       \
+    const cusolverStatus_t nibble_st_ = (call);                              \
+    if (nibble_st_ != CUSOLVER_STATUS_SUCCESS)                               \
+      fail_library(#call, static_cast<int>(nibble_st_), __FILE__, __LINE__); \
   } while (0)
 
 // A device allocation freed with its scope.
@@ -149,8 +149,8 @@ bool GptqDevice::upper_cholesky_of_inverse(const std::vector<double>& h, std::ve
       cusolverDnDpotri_bufferSize(s.solver, CUBLAS_FILL_MODE_LOWER, k, s.u, k, &lwork));
   {
     DeviceBuffer<double> work(static_cast<size_t>(lwork));
-    NIBBLE_CUSOLVER_CHECK(cusolverDnDpotri(s.solver, CUBLAS_FILL_MODE_LOWER, k, s.u, k,
-                                           work.get(), lwork, info.get()));
+    NIBBLE_CUSOLVER_CHECK(cusolverDnDpotri(s.solver, CUBLAS_FILL_MODE_LOWER, k, s.u, k, work.get(),
+                                           lwork, info.get()));
   }
   if (!potrf_lower(s.solver, s.u, k, info)) return false;
   u.resize(static_cast<size_t>(s.k * s.k));
@@ -201,15 +201,15 @@ void hessian_add_cuda(const TensorView& x, std::vector<double>& sum) {
     DeviceBuffer<double> xd(static_cast<size_t>(m * k)), hd(static_cast<size_t>(k * k));
     widen_f32_to_f64<<<256, 256>>>(x.ptr<float>(), xd.get(), m * k);
     NIBBLE_CUDA_CHECK_LAUNCH();
-    NIBBLE_CUDA_CHECK(cudaMemcpy(hd.get(), sum.data(), sum.size() * sizeof(double),
-                                 cudaMemcpyHostToDevice));
+    NIBBLE_CUDA_CHECK(
+        cudaMemcpy(hd.get(), sum.data(), sum.size() * sizeof(double), cudaMemcpyHostToDevice));
     // Row-major X (M, K) is column-major Xᵀ (K, M): C (K, K) += Xᵀ·X is syrk with op N on Xᵀ.
     const double alpha = 1.0, beta = 1.0;
-    NIBBLE_CUBLAS_CHECK(cublasDsyrk(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N,
-                                    static_cast<int>(k), static_cast<int>(m), &alpha, xd.get(),
-                                    static_cast<int>(k), &beta, hd.get(), static_cast<int>(k)));
-    NIBBLE_CUDA_CHECK(cudaMemcpy(sum.data(), hd.get(), sum.size() * sizeof(double),
-                                 cudaMemcpyDeviceToHost));
+    NIBBLE_CUBLAS_CHECK(cublasDsyrk(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, static_cast<int>(k),
+                                    static_cast<int>(m), &alpha, xd.get(), static_cast<int>(k),
+                                    &beta, hd.get(), static_cast<int>(k)));
+    NIBBLE_CUDA_CHECK(
+        cudaMemcpy(sum.data(), hd.get(), sum.size() * sizeof(double), cudaMemcpyDeviceToHost));
   } catch (...) {
     cublasDestroy(blas);
     throw;
