@@ -14,6 +14,21 @@
 
 namespace nibble::llm {
 
+int64_t quantized_weight_bytes(const QuantizedWeight& qw) {
+  return qw.q.nbytes() + (qw.scales.defined() ? qw.scales.nbytes() : 0) +
+         (qw.zeros.defined() ? qw.zeros.nbytes() : 0) +
+         (qw.group_scales.defined() ? qw.group_scales.nbytes() : 0);
+}
+
+std::vector<float> dequantized_weights(const QuantizedWeight& qw, int64_t k) {
+  Tensor deq = Tensor::empty(DType::f32, {qw.n, qw.k});
+  dequantize_weight(qw.view(), deq.view());
+  std::vector<float> out(static_cast<size_t>(qw.n * k));
+  for (int64_t r = 0; r < qw.n; ++r)
+    std::copy_n(deq.view().ptr<float>() + r * qw.k, k, out.data() + r * k);
+  return out;
+}
+
 // ---- kernels ------------------------------------------------------------------------------------
 
 // The products are cpu::gemm_f32_nt / gemm_bf16w_nt (src/cpu/gemm_f32.h): every output exactly
@@ -195,11 +210,7 @@ class NibbleLinear final : public Linear {
 
   int64_t n() const override { return n_; }
   int64_t k() const override { return k_; }
-  int64_t weight_bytes() const override {
-    return qw_.q.nbytes() + (qw_.scales.defined() ? qw_.scales.nbytes() : 0) +
-           (qw_.zeros.defined() ? qw_.zeros.nbytes() : 0) +
-           (qw_.group_scales.defined() ? qw_.group_scales.nbytes() : 0);
-  }
+  int64_t weight_bytes() const override { return quantized_weight_bytes(qw_); }
   std::string mode() const override { return name_; }
   const QuantizedWeight* quantized() const override { return &qw_; }
 
@@ -221,13 +232,13 @@ class SimLinear final : public Linear {
  public:
   SimLinear(const LinearFormat& f, const std::string& name, const QuantizedWeight& qw, int64_t k,
             ThreadPool* pool)
-      : act_(f.act), name_(name), n_(qw.n), k_(k), bytes_(quantized_bytes(qw)), pool_(pool) {
-    Tensor deq = Tensor::empty(DType::f32, {qw.n, qw.k});
-    dequantize_weight(qw.view(), deq.view());
-    w_.resize(static_cast<size_t>(n_ * k_));
-    for (int64_t r = 0; r < n_; ++r)  // the padded columns (zero weights) are dropped
-      std::copy_n(deq.view().ptr<float>() + r * qw.k, k_, w_.data() + r * k_);
-  }
+      : act_(f.act),
+        name_(name),
+        n_(qw.n),
+        k_(k),
+        bytes_(quantized_weight_bytes(qw)),
+        w_(dequantized_weights(qw, k)),
+        pool_(pool) {}
 
   void forward(const float* x, int64_t m, float* y) const override {
     std::vector<float> xq(x, x + m * k_);
@@ -260,12 +271,6 @@ class SimLinear final : public Linear {
         v[i] = s * static_cast<float>(
                        cpu::quantize_int(v[i], s, -static_cast<int>(qmax), static_cast<int>(qmax)));
     }
-  }
-
-  static int64_t quantized_bytes(const QuantizedWeight& qw) {
-    return qw.q.nbytes() + (qw.scales.defined() ? qw.scales.nbytes() : 0) +
-           (qw.zeros.defined() ? qw.zeros.nbytes() : 0) +
-           (qw.group_scales.defined() ? qw.group_scales.nbytes() : 0);
   }
 
   ActScheme act_;

@@ -69,6 +69,11 @@ int64_t padded_k(const std::string& mode, int64_t k);
 std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, QuantizedWeight qw,
                                               int64_t k, ThreadPool* pool);
 
+/// Bytes of a quantized weight's buffers (values, scales, zeros, group scales).
+int64_t quantized_weight_bytes(const QuantizedWeight& qw);
+/// deq(W) (n, k) f32 of weights stored with K padded (qw.k ≥ k): the padded columns dropped.
+std::vector<float> dequantized_weights(const QuantizedWeight& qw, int64_t k);
+
 /// Prefill (M > 1) and decode (M = 1) modes; equal modes share one set of weights.
 struct LinearStrategy {
   std::string prefill = "bf16";

@@ -70,16 +70,6 @@ std::vector<float> pad_columns(const std::vector<float>& w, int64_t n, int64_t k
   return out;
 }
 
-// deq(qw) without its padded columns, f32 (n, k).
-std::vector<float> dequantized(const QuantizedWeight& qw, int64_t k) {
-  Tensor deq = Tensor::empty(DType::f32, {qw.n, qw.k});
-  dequantize_weight(qw.view(), deq.view());
-  std::vector<float> out(static_cast<size_t>(qw.n * k));
-  for (int64_t r = 0; r < qw.n; ++r)
-    std::copy_n(deq.view().ptr<float>() + r * qw.k, k, out.data() + r * k);
-  return out;
-}
-
 // Folds SmoothQuant into the float weights of one block (see quantize_model.h).
 void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
                       const std::map<BlockLinear, std::vector<float>>& act, double alpha) {
@@ -341,9 +331,10 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
     for (BlockLinear which : kBlockLinears) {
       const Shape s = shape_of(c, which);
       const std::string name = tensor_name(l, which);
-      runner->set_linear(l, which,
-                         make_linear("f32", dequantized(mem.load_quantized(name, s.n, s.k), s.k),
-                                     s.n, s.k, &pool));
+      runner->set_linear(
+          l, which,
+          make_linear("f32", dequantized_weights(mem.load_quantized(name, s.n, s.k), s.k), s.n, s.k,
+                      &pool));
     }
     for (size_t s = 0; s < calib.size(); ++s)  // block l quantized: the next block's inputs
       runner->run_block(l, xs[s].data(), static_cast<int64_t>(calib[s].size()), {});
