@@ -114,7 +114,7 @@ def study(a):
         for i, (act, bits, gran, method) in enumerate(todo):
             wk = (bits, gran, method)
             if wk not in ckpts:
-                for d, _ in ckpts.values():  # one checkpoint on disk at a time
+                for d, *_ in ckpts.values():  # one checkpoint on disk at a time
                     shutil.rmtree(d, ignore_errors=True)
                 ckpts.clear()
                 fmt = weight_format(bits, gran, "a8")
