@@ -43,25 +43,34 @@ def weight_format(bits, gran, act):
 
 
 def cells():
-    """Every (act, bits, gran, method), most important first (the run can be cut short)."""
+    """Every (act, bits, gran, method), most important first (a run cut short still has the
+    acceptance rows, then the 4-bit grid, then the cheap methods everywhere, then the rest)."""
     out = []
+
     def add(act, bits, gran, method):
-        c = (act, bits, gran, method)
-        if c not in out:
-            out.append(c)
-    for m in METHODS:  # the acceptance rows first
-        add("a8", 4, "g128", m)
-        add("a16", 4, "g128", m)
+        if (act, bits, gran, method) not in out:
+            out.append((act, bits, gran, method))
+
+    def both(bits, gran, method):  # W4A8 and W4A16 share a checkpoint: evaluate them together
+        add("a8", bits, gran, method)
+        if bits < 8:
+            add("a16", bits, gran, method)
+
+    for m in METHODS:  # the acceptance rows
+        both(4, "g128", m)
     for m in METHODS:
-        add("a8", 8, "pc", m)
-    for bits in (4, 3, 2):
+        both(8, "pc", m)
+    for gran in GRANS:
+        for m in METHODS:
+            both(4, gran, m)
+    for bits in (3, 2, 8):  # 8-bit groups: RTN and SmoothQuant only (GPTQ: see the doc)
         for gran in GRANS:
-            for m in METHODS:
-                add("a8", bits, gran, m)
-                add("a16", bits, gran, m)
-    for gran in GRANS[1:]:  # 8-bit groups: GPTQ is pointless at 8 bits (see the doc)
-        for m in ("rtn", "smoothquant-rtn"):
-            add("a8", 8, gran, m)
+            for m in ("rtn", "smoothquant-rtn"):
+                both(bits, gran, m)
+    for bits in (3, 2):
+        for gran in GRANS:
+            for m in ("gptq", "smoothquant-gptq"):
+                both(bits, gran, m)
     return out
 
 
