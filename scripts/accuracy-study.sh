@@ -8,10 +8,6 @@
 #   usage: scripts/accuracy-study.sh [--report]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/ensure-deps.sh
-preset="${NIBBLE_PRESET:-cpu}"
-cmake --preset "$preset" > /dev/null
-cmake --build --preset "$preset" -j "$(nproc)" --target nibble_cli > /dev/null
 out=build/accuracy
 mkdir -p "$out"
 venv="$out/venv"
@@ -19,9 +15,17 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import matplotlib" 2>
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check matplotlib
 fi
+if [ "${1:-}" = "--report" ]; then
+  exec "$venv/bin/python" scripts/accuracy_study.py --report --json "$out/accuracy.json" \
+    --doc docs/accuracy.md --plot docs/accuracy.png
+fi
+scripts/ensure-deps.sh
+preset="${NIBBLE_PRESET:-cpu}"
+cmake --preset "$preset" > /dev/null
+cmake --build --preset "$preset" -j "$(nproc)" --target nibble_cli > /dev/null
 model="$(scripts/get-model.sh)"
 heldout="$(python3 scripts/get-austen.py | tail -1)"
 train="$(dirname "$heldout")/austen-train.txt"
 exec "$venv/bin/python" scripts/accuracy_study.py --nibble "build/$preset/nibble" \
   --model "$model" --train "$train" --heldout "$heldout" --json "$out/accuracy.json" \
-  --doc docs/accuracy.md --plot docs/accuracy.png "$@"
+  --doc docs/accuracy.md --plot docs/accuracy.png

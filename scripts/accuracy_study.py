@@ -33,6 +33,7 @@ MAX_TOKENS, CTX = 2048, 512
 REAL_CHECKS = {("a8", 4, "g128", "rtn"), ("a8", 4, "g128", "gptq"), ("a16", 4, "g128", "rtn"),
                ("a8", 8, "pc", "rtn"), ("a8", 8, "pc", "smoothquant-rtn")}
 CALIB_SAMPLES, CALIB_LEN, SEED, ALPHA = 8, 512, 0, 0.5
+ALPHA_SWEEP = (0.25, 0.75, 0.9)  # besides ALPHA; method "smoothquant-rtn@<alpha>"
 
 
 def weight_format(bits, gran, act):
@@ -67,6 +68,9 @@ def cells():
         for gran in GRANS:
             for m in ("rtn", "smoothquant-rtn"):
                 both(bits, gran, m)
+    for alpha in ALPHA_SWEEP:  # SmoothQuant's migration strength, with RTN
+        add("a8", 8, "pc", f"smoothquant-rtn@{alpha}")
+        add("a8", 4, "g128", f"smoothquant-rtn@{alpha}")
     for bits in (3, 2):
         for gran in GRANS:
             for m in ("gptq", "smoothquant-gptq"):
@@ -128,8 +132,9 @@ def study(a):
                 ckpts.clear()
                 fmt = weight_format(bits, gran, "a8")
                 d = os.path.join(work, "ckpt")
-                cmd = [a.nibble, "quantize", a.model, "--format", fmt, "--method", method,
-                       "--out", d, "--quiet", "--seed", str(SEED), "--alpha", str(ALPHA)]
+                base_method, _, alpha = method.partition("@")
+                cmd = [a.nibble, "quantize", a.model, "--format", fmt, "--method", base_method,
+                       "--out", d, "--quiet", "--seed", str(SEED), "--alpha", alpha or str(ALPHA)]
                 if bits in (3, 2):
                     cmd += ["--bits", str(bits)]
                 if method != "rtn":
@@ -191,6 +196,23 @@ def report(a):
                        else "—")
                 L(f"| {bits} | {'per channel' if gran == 'pc' else gran} | " +
                   " | ".join(fmt_ppl(v) for v in row) + f" | {gap} |")
+        L("")
+    sweep = [(al, c.get(key("a8", 8, "pc", f"smoothquant-rtn@{al}"), {}).get("ppl"),
+              c.get(key("a8", 4, "g128", f"smoothquant-rtn@{al}"), {}).get("ppl"))
+             for al in sorted(ALPHA_SWEEP + (ALPHA,))]
+    if any(v is not None for _, v, _ in sweep):
+        L("### SmoothQuant's α (with RTN)")
+        L("")
+        rtn8 = c.get(key("a8", 8, "pc", "rtn"), {}).get("ppl")
+        rtn4 = c.get(key("a8", 4, "g128", "rtn"), {}).get("ppl")
+        L("| α | W8A8 per channel | W4A8 g128 |")
+        L("|---|---|---|")
+        L(f"| — (RTN) | {fmt_ppl(rtn8)} | {fmt_ppl(rtn4)} |")
+        for al, v8, v4 in sweep:
+            if al == ALPHA:
+                v8 = c.get(key("a8", 8, "pc", "smoothquant-rtn"), {}).get("ppl")
+                v4 = c.get(key("a8", 4, "g128", "smoothquant-rtn"), {}).get("ppl")
+            L(f"| {al} | {fmt_ppl(v8)} | {fmt_ppl(v4)} |")
         L("")
     real = res.get("real", {})
     if real:
