@@ -26,23 +26,23 @@ namespace {
 // 16-bit x tile is twice the bytes of W4A8's int8 one, so the ring is shallower).
 enum class Tile : int { m16, m32, m64, m128 };
 
-template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ>
+template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance;
-template <class T, int kBits, WeightOnlyDequant DQ>
-struct Instance<Tile::m16, T, kBits, DQ> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, 16, 128, 1, 4, 6>;
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m16, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 16, 128, 1, 4, 6>;
 };
-template <class T, int kBits, WeightOnlyDequant DQ>
-struct Instance<Tile::m32, T, kBits, DQ> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, 32, 128, 1, 4, 5>;
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m32, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 32, 128, 1, 4, 5>;
 };
-template <class T, int kBits, WeightOnlyDequant DQ>
-struct Instance<Tile::m64, T, kBits, DQ> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, 64, 128, 2, 4, 4>;
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m64, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 64, 128, 2, 4, 4>;
 };
-template <class T, int kBits, WeightOnlyDequant DQ>
-struct Instance<Tile::m128, T, kBits, DQ> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, 128, 128, 2, 4, 3>;
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m128, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 128, 128, 2, 4, 3>;
 };
 
 struct TileInfo {
@@ -52,7 +52,7 @@ struct TileInfo {
 template <Tile kTile>
 TileInfo tile_info() {
   // Every instance of a tile shares its shape; the 4-bit bf16 per-channel one stands for all.
-  using Cfg = typename Instance<kTile, __nv_bfloat16, 4, WeightOnlyDequant::per_channel>::Cfg;
+  using Cfg = typename Instance<kTile, __nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0>::Cfg;
   return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
 }
 
@@ -66,33 +66,42 @@ TileInfo tile_info(Tile t) {
   return {};
 }
 
-template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ>
+template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
 void launch_instance(const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
-  using Cfg = typename Instance<kTile, T, kBits, DQ>::Cfg;
+  using Cfg = typename Instance<kTile, T, kBits, DQ, kRows>::Cfg;
   constexpr auto kernel = sm80::sm80_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
+// Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
+template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ>
+void launch_grouped(int group, const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
+  if (group == 32) return launch_instance<kTile, T, kBits, DQ, 4>(p, grid, stream);
+  if (group == 64) return launch_instance<kTile, T, kBits, DQ, 2>(p, grid, stream);
+  launch_instance<kTile, T, kBits, DQ, 1>(p, grid, stream);
+}
+
 template <Tile kTile, class T>
 void launch_typed(const WeightOnlyLaunch& l, const WeightOnlyGemmParams& p, dim3 grid,
                   Stream stream) {
+  const int g = l.group;
   if (l.bits == 8) {
     if (l.dequant == WeightOnlyDequant::per_channel)
-      return launch_instance<kTile, T, 8, WeightOnlyDequant::per_channel>(p, grid, stream);
+      return launch_instance<kTile, T, 8, WeightOnlyDequant::per_channel, 0>(p, grid, stream);
     if (l.dequant == WeightOnlyDequant::group_scale)
-      return launch_instance<kTile, T, 8, WeightOnlyDequant::group_scale>(p, grid, stream);
+      return launch_grouped<kTile, T, 8, WeightOnlyDequant::group_scale>(g, p, grid, stream);
   } else {
     switch (l.dequant) {
       case WeightOnlyDequant::per_channel:
-        return launch_instance<kTile, T, 4, WeightOnlyDequant::per_channel>(p, grid, stream);
+        return launch_instance<kTile, T, 4, WeightOnlyDequant::per_channel, 0>(p, grid, stream);
       case WeightOnlyDequant::group_scale:
-        return launch_instance<kTile, T, 4, WeightOnlyDequant::group_scale>(p, grid, stream);
+        return launch_grouped<kTile, T, 4, WeightOnlyDequant::group_scale>(g, p, grid, stream);
       case WeightOnlyDequant::group_zero:
-        return launch_instance<kTile, T, 4, WeightOnlyDequant::group_zero>(p, grid, stream);
+        return launch_grouped<kTile, T, 4, WeightOnlyDequant::group_zero>(g, p, grid, stream);
       case WeightOnlyDequant::group_fzp:
-        return launch_instance<kTile, T, 4, WeightOnlyDequant::group_fzp>(p, grid, stream);
+        return launch_grouped<kTile, T, 4, WeightOnlyDequant::group_fzp>(g, p, grid, stream);
     }
   }
   nibble::detail::fail(ErrorCode::internal, "sm80_weight_only_gemm: no instance for " +

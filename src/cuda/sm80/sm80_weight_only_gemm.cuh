@@ -95,8 +95,8 @@ struct Half2Magic<__half> {
   static constexpr float kValue = 1024.0f;
 };
 
-template <class T_, int kBits_, WeightOnlyDequant DQ_, int BM_, int BN_, int WARPS_M_,
-          int WARPS_N_, int STAGES_>
+template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int BN_,
+          int WARPS_M_, int WARPS_N_, int STAGES_>
 struct WeightOnlyGemmConfig {
   using T = T_;
   static constexpr bool kF16 = std::is_same_v<T, __half>;
@@ -110,11 +110,14 @@ struct WeightOnlyGemmConfig {
   static constexpr int kBK = 128;                       // K elements per stage
   static constexpr int kBlockBytes = 8 * kBK * kBits / 8;  // one 8×128 weight block
   static constexpr int kLaneBytes = kBlockBytes / 32;   // 16 (4-bit) or 32 (8-bit)
-  static constexpr int kWordsPerK32 = kBits / 4;        // 32-bit words per lane per k32
   static constexpr bool kGrouped = DQ != WeightOnlyDequant::per_channel;
   static constexpr bool kHasZeros =
       DQ == WeightOnlyDequant::group_zero || DQ == WeightOnlyDequant::group_fzp;
-  static constexpr int kGroupRowsMax = kBK / 32;        // groups of 32 are the smallest
+  /// Groups per 128-wide K block: 1 (G ≥ 128), 2 (G = 64), 4 (G = 32); 0 per channel. A
+  /// compile-time count keeps the unrolled k16 steps free of branches.
+  static constexpr int kGroupRows = kGroupRows_;
+  static constexpr int kStepsPerGroup = kGroupRows > 0 ? 8 / kGroupRows : 8;
+  static constexpr int kGroupRowsMax = kGroupRows > 0 ? kGroupRows : 1;
   static constexpr int kXBytes = BM * kBK * 2;
   static constexpr int kWBytes = (BN / 8) * kBlockBytes;
   static constexpr int kScaleRegionBytes = kGroupRowsMax * BN * 4;
@@ -125,6 +128,8 @@ struct WeightOnlyGemmConfig {
   static constexpr int kCenter = kBits == 4 ? 8 : 128;
 
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
+  static_assert(kGrouped == (kGroupRows > 0) && 8 % kGroupRowsMax == 0,
+                "group-wise formats need 1, 2 or 4 groups per K block; per channel none");
   static_assert(kBits == 4 || !kHasZeros, "zero points exist for 4-bit weights only");
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
   static_assert(kStageBytes % 128 == 0, "stage regions must stay 128-byte aligned");
@@ -150,20 +155,22 @@ __device__ __forceinline__ uint32_t splat(float v) {
   else return as_u32(__float2bfloat162_rn(v));
 }
 
-/// The B fragment register `half` (0: k 2c..2c+1, 1: k 8+2c..) of k16 step `sp` (0, 1) of a
-/// lane's k32 words, as MAGIC + u pairs — except 8-bit bf16, returned as exact u − c pairs.
+/// The B fragment register `half` (0: k 2c..2c+1, 1: k 8+2c..) of k16 step `step` from a
+/// lane's words of the K block, as MAGIC + u pairs — except 8-bit bf16, returned as exact
+/// u − c pairs.
 template <class Cfg>
-__device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kWordsPerK32], int sp,
-                                             int half) {
+__device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kLaneBytes / 4],
+                                             int step, int half) {
   using T = typename Cfg::T;
   if constexpr (Cfg::kBits == 4) {
-    // word bits [8sp + 4half, +4) and [16 + 8sp + 4half, +4): the two k of the pair.
-    return ((words[0] >> (8 * sp + 4 * half)) & 0x000F000Fu) | Half2Magic<T>::kBits2;
+    // word step/2, bits [8sp + 4half, +4) and [16 + 8sp + 4half, +4): the two k of the pair.
+    const int sp = step & 1;
+    return ((words[step >> 1] >> (8 * sp + 4 * half)) & 0x000F000Fu) | Half2Magic<T>::kBits2;
   } else if constexpr (Cfg::kF16) {
     // bytes 2half, 2half+1 of the step's word under 0x64 high bytes
-    return __byte_perm(words[sp], 0x64646464u, half == 0 ? 0x4140u : 0x4342u);
+    return __byte_perm(words[step], 0x64646464u, half == 0 ? 0x4140u : 0x4342u);
   } else {
-    const uint32_t w = words[sp];
+    const uint32_t w = words[step];
     const float lo = __uint_as_float(__byte_perm(w, 0x4B000000u, half == 0 ? 0x7440u : 0x7442u));
     const float hi = __uint_as_float(__byte_perm(w, 0x4B000000u, half == 0 ? 0x7441u : 0x7443u));
     constexpr float kBias = 8388608.0f + Cfg::kCenter;
@@ -180,7 +187,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   using T = typename Cfg::T;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT, NT = Cfg::NT, STAGES = Cfg::STAGES;
   constexpr WeightOnlyDequant DQ = Cfg::DQ;
-  constexpr int kWords = Cfg::kWordsPerK32;
+  constexpr int kWords = Cfg::kLaneBytes / 4;  // a lane's words of one K block
   // 8-bit bf16 pairs come out of raw_pair already as exact u − c.
   constexpr bool kRawIsExact = Cfg::kBits == 8 && !Cfg::kF16;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -195,18 +202,20 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int num_kb = kb_end - kb_begin;
   const uint64_t weight_policy = ptx::evict_first_policy();
   const T* x = static_cast<const T*>(p.x);
-  [[maybe_unused]] const int group_rows = Cfg::kGrouped ? max(1, Cfg::kBK >> p.group_shift) : 0;
+
+  // Rows of x past M are not loaded: row r of the product depends on row r of x only, and
+  // rows past M are never stored, so whatever those shared-memory rows hold is harmless.
+  const int x_rows = min(BM, p.m - m0);
 
   // ---- one pipeline stage: x tile, W tile, and this K block's group scales and zeros ---------
   auto load_stage = [&](int stage, int kb) {
     uint8_t* x_sh = smem + stage * Cfg::kStageBytes;
     uint8_t* w_sh = x_sh + Cfg::kXBytes;
-#pragma unroll
-    for (int i = tid; i < BM * 16; i += Cfg::kThreads) {  // 16-byte chunks of x (8 elements)
+    for (int i = tid; i < x_rows * 16; i += Cfg::kThreads) {  // 16-byte chunks (8 elements)
       const int r = i >> 4, c = i & 15;
-      const int gm = m0 + r, gk = kb * Cfg::kBK + c * 8;
-      const bool valid = gm < p.m && gk < p.k;
-      const T* src = x + (valid ? int64_t(gm) * p.ldx + gk : 0);
+      const int gk = kb * Cfg::kBK + c * 8;
+      const bool valid = gk < p.k;  // the K tail is zero-filled: it meets padded weights
+      const T* src = x + int64_t(m0 + r) * p.ldx + (valid ? gk : 0);
       cp_async_16(x_sh + r * 256 + ((c ^ (r & 7)) << 4), src, valid);
     }
     constexpr int kChunksPerBlock = Cfg::kBlockBytes / 16;
@@ -225,7 +234,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       constexpr int kChunksPerRow = BN * 4 / 16;
       constexpr int kTables = Cfg::kHasZeros ? 2 : 1;
       const int first_group = (kb * Cfg::kBK) >> p.group_shift;
-      const int chunks = group_rows * kChunksPerRow;
+      const int chunks = Cfg::kGroupRows * kChunksPerRow;
       for (int i = tid; i < kTables * chunks; i += Cfg::kThreads) {
         const int table = i / chunks, r = (i % chunks) / kChunksPerRow, c = i % kChunksPerRow;
         const int col = n0 + c * 4;
@@ -268,9 +277,11 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     [[maybe_unused]] const float* g_sh = reinterpret_cast<const float*>(w_sh + Cfg::kWBytes);
     const uint8_t* w_lane = w_sh + warp_n * NT * Cfg::kBlockBytes + lane * Cfg::kLaneBytes;
 
-    // Fragments are double-buffered in registers: the next step's shared-memory loads are
-    // issued before this step's MMAs so their latency hides behind the tensor cores.
-    uint32_t af[2][MT][4], wq[2][NT][kWords];
+    // x fragments are double-buffered in registers: the next step's ldmatrix is issued before
+    // this step's MMAs so its latency hides behind the tensor cores. A lane's weights of the
+    // whole K block come in one (4-bit) or two (8-bit) 16-byte loads per n8 tile: conflict-free,
+    // where 4-byte loads at a 16-byte lane stride would be 4-way bank conflicts.
+    uint32_t af[2][MT][4], wq[NT][kWords];
     auto load_x = [&](int step, uint32_t (&a)[MT][4]) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -279,25 +290,26 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         ptx::ldmatrix_x4(a[mt], x_sh + r * 256 + ((c ^ (r & 7)) << 4));
       }
     };
-    auto load_w = [&](int j, uint32_t (&w)[NT][kWords]) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int t = 0; t < kWords; ++t)
-          w[nt][t] = ptx::lds32(w_lane + nt * Cfg::kBlockBytes + (j * kWords + t) * 4);
-    };
+      for (int v = 0; v < kWords / 4; ++v) {
+        const uint4 q = ptx::lds128(w_lane + nt * Cfg::kBlockBytes + v * 16);
+        wq[nt][4 * v] = q.x;
+        wq[nt][4 * v + 1] = q.y;
+        wq[nt][4 * v + 2] = q.z;
+        wq[nt][4 * v + 3] = q.w;
+      }
     load_x(0, af[0]);
-    load_w(0, wq[0]);
 
 #pragma unroll
     for (int step = 0; step < 8; ++step) {
-      const int cur = step & 1, j = step >> 1, sp = step & 1;
+      const int cur = step & 1;
       if (step < 7) load_x(step + 1, af[cur ^ 1]);
-      if (sp == 0 && j < 3) load_w(j + 1, wq[(j + 1) & 1]);
       if constexpr (Cfg::kGrouped) {
         // A new group starts at this step: its scale (and zero) for each of this lane's columns.
-        if (((step * 16) & ((1 << p.group_shift) - 1)) == 0) {
-          const int grow = (step * 16) >> p.group_shift;
+        if (step % Cfg::kStepsPerGroup == 0) {
+          const int grow = step / Cfg::kStepsPerGroup;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const int col = warp_n * Cfg::WN + nt * 8 + (lane >> 2);
@@ -316,7 +328,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
         uint32_t b[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const uint32_t raw = detail::raw_pair<Cfg>(wq[j & 1][nt], sp, half);
+          const uint32_t raw = detail::raw_pair<Cfg>(wq[nt], step, half);
           using detail::as_t2;
           using detail::as_u32;
           if constexpr (DQ == WeightOnlyDequant::group_zero) {
