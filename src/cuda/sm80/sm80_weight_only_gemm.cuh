@@ -181,7 +181,7 @@ __device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kLaneB
 }  // namespace detail
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm80_weight_only_gemm_kernel(const __grid_constant__ WeightOnlyGemmParams p) {
   using ptx::cp_async_16;
   using T = typename Cfg::T;
