@@ -20,40 +20,42 @@ using sm80::WeightOnlyGemmParams;
 
 namespace {
 
-// Tile shapes, by M bucket. Small M is a weight stream: a thin 16-row tile, a deep pipeline and
-// split-K to put every SM to work; warps split N only, so no two warps dequantize the same
-// weights. Larger M tiles 64 or 128 rows with 8 warps of 32×32 or 64×32 warp tiles (the
-// 16-bit x tile is twice the bytes of W4A8's int8 one, so the ring is shallower).
+// Tile shapes, by M bucket. The main loop is a latency-bound chain per warp (load, convert,
+// MMA), so every tile is sized for at least 12 warps per SM (ncu on the H100: with 8 the
+// schedulers issued once per 5 cycles). Small M is a weight stream: a thin 16-row tile, 3
+// stages (bytes in flight are plenty at 3 CTAs per SM) and split-K to put every SM to work;
+// warps split N only, so no two warps dequantize the same weights. Up to 64 rows: 8 warps at
+// 2 CTAs per SM; larger M: 128×128 tiles of 16 warps (32×32 warp tiles), one CTA per SM.
 enum class Tile : int { m16, m32, m64, m128 };
 
 template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance;
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m16, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 16, 128, 1, 4, 6>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 16, 128, 1, 4, 3, 3>;
 };
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m32, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 32, 128, 1, 4, 5>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 32, 128, 2, 4, 3, 2>;
 };
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m64, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 64, 128, 2, 4, 4>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 64, 128, 2, 4, 3, 2>;
 };
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m128, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 128, 128, 2, 4, 3>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 128, 128, 4, 4, 3, 1>;
 };
 
 struct TileInfo {
-  int bm, bn, warps, stages;
+  int bm, bn, warps, stages, ctas_per_sm;
 };
 
 template <Tile kTile>
 TileInfo tile_info() {
   // Every instance of a tile shares its shape; the 4-bit bf16 per-channel one stands for all.
   using Cfg = typename Instance<kTile, __nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0>::Cfg;
-  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
+  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES, Cfg::kMinBlocks};
 }
 
 TileInfo tile_info(Tile t) {
@@ -136,13 +138,14 @@ WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, in
   plan.tiles_m = static_cast<int>((m + t.bm - 1) / t.bm);
   plan.tiles_n = static_cast<int>((n_pad + t.bn - 1) / t.bn);
   const int kblocks = static_cast<int>(k_pad / 128);
-  // Split K only when the output tiles alone cannot occupy the GPU: aim for about two CTAs per
+  // Split K only when the output tiles alone cannot occupy the GPU: aim for the tile's CTAs per
   // SM and keep at least 4 K blocks (512 of K) per split. Weights are scaled in the main loop
   // (or per channel in the epilogue), so a split may cut a group anywhere.
   const int tiles = plan.tiles_m * plan.tiles_n;
+  const int slots = t.ctas_per_sm * sm_count;
   int splits = 1;
-  if (tiles < sm_count) {
-    const int want = (2 * sm_count + tiles - 1) / tiles;
+  if (tiles < slots) {
+    const int want = (slots + tiles - 1) / tiles;
     splits = std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK);
   }
   const int per_split = (kblocks + splits - 1) / splits;

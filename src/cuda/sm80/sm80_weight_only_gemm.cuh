@@ -96,7 +96,7 @@ struct Half2Magic<__half> {
 };
 
 template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int BN_,
-          int WARPS_M_, int WARPS_N_, int STAGES_>
+          int WARPS_M_, int WARPS_N_, int STAGES_, int MIN_BLOCKS_>
 struct WeightOnlyGemmConfig {
   using T = T_;
   static constexpr bool kF16 = std::is_same_v<T, __half>;
@@ -104,6 +104,10 @@ struct WeightOnlyGemmConfig {
   static constexpr WeightOnlyDequant DQ = DQ_;
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   static constexpr int STAGES = STAGES_;
+  /// CTAs per SM the register budget must allow (__launch_bounds__). The main loop is a chain of
+  /// dependent loads, conversions and MMAs per warp, so the SM needs several warps per
+  /// scheduler to hide it (ncu, H100: 2 warps per scheduler issued once per 5 cycles).
+  static constexpr int kMinBlocks = MIN_BLOCKS_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   static constexpr int MT = WM / 16, NT = WN / 8;
@@ -181,7 +185,7 @@ __device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kLaneB
 }  // namespace detail
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     sm80_weight_only_gemm_kernel(const __grid_constant__ WeightOnlyGemmParams p) {
   using ptx::cp_async_16;
   using T = typename Cfg::T;
