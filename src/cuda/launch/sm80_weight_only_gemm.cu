@@ -38,13 +38,16 @@ template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m32, T, kBits, DQ, kRows> {
   using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 32, 128, 2, 4, 3, 2>;
 };
+// The float-zero (fzp) dequantization keeps one more value per column live; at 128 registers
+// it spills on sm_80, so its larger tiles run 8 warps with the full register file.
+constexpr bool kFzp(WeightOnlyDequant dq) { return dq == WeightOnlyDequant::group_fzp; }
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m64, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 64, 128, 2, 4, 3, 2>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 64, 128, 2, 4, 3, kFzp(DQ) ? 1 : 2>;
 };
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m128, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 128, 128, 4, 4, 3, 1>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 128, 128, kFzp(DQ) ? 2 : 4, 4, 3, 1>;
 };
 
 struct TileInfo {
