@@ -634,7 +634,14 @@ TEST(LlmCudaBackend, GraphReplayEqualsEagerLaunches) {
     EXPECT_EQ(logits_of(*graph, prompt, 0, false), logits_of(*eager, prompt, 0, false));
     for (int64_t p = 9; p < 17; ++p) {
       const std::vector<int32_t> one = {static_cast<int32_t>((p * 13) % c.vocab_size)};
-      ASSERT_EQ(logits_of(*graph, one, p, false), logits_of(*eager, one, p, false)) << "step " << p;
+      const auto g = logits_of(*graph, one, p, false), e = logits_of(*eager, one, p, false);
+      // nibble's kernels and the runner's are deterministic: the graph replays them bit for
+      // bit. cuBLAS promises the same only for the same algorithm, which it picks again at
+      // capture; allow it summation-order differences.
+      if (std::string(mode) == "bf16")
+        ASSERT_LT(rel_frob(g, e), 1e-5) << "step " << p;
+      else
+        ASSERT_EQ(g, e) << "step " << p;
     }
   }
 }
@@ -671,8 +678,10 @@ TEST(LlmCudaBackend, PromptsLongerThanOnePassMatchTheCpu) {
       r_tail(r.end() - 100 * c.vocab_size, r.end());
   EXPECT_LT(rel_frob(g, r), kGpuCpuTolBf16);
   EXPECT_LT(rel_frob(g_tail, r_tail), kGpuCpuTolBf16);  // the second pass's rows
-  EXPECT_EQ(logits_of(*gpu, prompt, 0, false),
-            std::vector<float>(g.end() - c.vocab_size, g.end()));
+  // The last row alone (an M = 1 output GEMM instead of M = 52): summation order only.
+  EXPECT_LT(rel_frob(logits_of(*gpu, prompt, 0, false),
+                     std::vector<float>(g.end() - c.vocab_size, g.end())),
+            1e-5);
 }
 
 TEST(LlmCudaBackend, EveryKindOfLayerAndStrategyRunsCloseToTheCpu) {
