@@ -704,7 +704,11 @@ TEST(LlmCudaBackend, EveryKindOfLayerAndStrategyRunsCloseToTheCpu) {
     BackendOptions cpu_o = o;
     cpu_o.head_mode = "bf16";
     auto cpu = backend("cpu", c, cpu_o);
-    const double tol = run.head == "bf16" ? kGpuCpuTolInt8 : nibble::test::kQuantNoiseW4;
+    // fp8 activations have 3 mantissa bits: a GPU/CPU difference moves a rounding step of up to
+    // 12.5% of a value, where an int8 step is about 3%.
+    const double tol = run.head != "bf16"               ? nibble::test::kQuantNoiseW4
+                       : run.prefill.find("fp8") != std::string::npos ? 0.1
+                                                                     : kGpuCpuTolInt8;
     const auto prompt = prompt_of(10, c.vocab_size);
     EXPECT_LT(rel_frob(logits_of(*gpu, prompt, 0, true), logits_of(*cpu, prompt, 0, true)), tol);
     const std::vector<int32_t> one = {3};

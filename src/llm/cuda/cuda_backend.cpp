@@ -199,7 +199,10 @@ class CudaBackend final : public Backend {
         NIBBLE_CUDA_CHECK(cudaEventCreate(&e));
         attn_events_.events.push_back(e);
       }
-    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(streams_[kPrefill].s));  // device-made weights
+    // Uploads (cudaMemcpy from pageable memory may return before its DMA ends), memsets on the
+    // legacy stream and the device-made weights on the prefill stream are all finished before
+    // the non-blocking streams use them.
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
     sample_memory();
     if (opt.cuda_graph) capture_decode_graph();
     sample_memory();
