@@ -451,7 +451,7 @@ class CudaBackend final : public Backend {
       // The prefill attention writes floats; its int8 consumer quantizes itself.
       if (prefill_attention_input && k == ActKind::s8_per_token) k = ActKind::f32;
       need[static_cast<int>(k)] = true;
-      if (lin.path() == GpuLinear::Path::packed_w4a8 || lin.path() == GpuLinear::Path::quantized_act)
+      if (lin.path() == GpuLinear::Path::packed_a8 || lin.path() == GpuLinear::Path::quantized_act)
         need_int8 = true;
       width = std::max(width, lin.k_padded());
     };
@@ -463,7 +463,7 @@ class CudaBackend final : public Backend {
         note(*L.down[ph], false);
       }
     note(*head_, false);
-    act_ld_ = (width + 1) / 2 * 2;        // even: the prefill attention stores column pairs
+    act_ld_ = (width + 7) / 8 * 8;        // 16-byte bf16 rows (packed weight-only kernels)
     act_ld_s8_ = (width + 15) / 16 * 16;  // 16-byte rows for the tensor-core kernels' cp.async
     if (need[static_cast<int>(ActKind::bf16)]) act_bf16_ = zeros(DType::bf16, {m, act_ld_});
     if (need[static_cast<int>(ActKind::f32)]) act_f32_ = zeros(DType::f32, {m, act_ld_});

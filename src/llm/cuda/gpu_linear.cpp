@@ -68,14 +68,13 @@ void GpuLinear::check_mode(const std::string& mode) {
 GpuLinear::Path GpuLinear::choose_path(const std::string& mode, int64_t k_padded) {
   if (mode == "bf16") return Path::cublas_bf16;
   const LinearFormat f = parse_linear_format(mode);
-  if (f.act == ActScheme::none) return Path::weight_only;
-  // pack_weight's layout (w4_mma_k128) holds int4 symmetric and two-level weights; the
-  // tensor-core kernels read int8 per-token activations and need K % 32 == 0.
-  const bool packable =
-      f.act == ActScheme::s8_per_token &&
-      (f.weight.scheme == WeightScheme::s4_sym || f.weight.scheme == WeightScheme::s4_two_level) &&
-      k_padded % 32 == 0;
-  return packable ? Path::packed_w4a8 : Path::quantized_act;
+  // The packed kernels' K granularity: k32 steps of the int8 mma for W4A8, 16-byte rows of the
+  // bf16 activations for the weight-only kernel.
+  if (has_packed_layout(f)) {
+    if (f.act == ActScheme::none && k_padded % 8 == 0) return Path::packed_a16;
+    if (f.act == ActScheme::s8_per_token && k_padded % 32 == 0) return Path::packed_a8;
+  }
+  return f.act == ActScheme::none ? Path::weight_only : Path::quantized_act;
 }
 
 GpuLinear::GpuLinear(const std::string& mode, int64_t n, int64_t k)
@@ -91,8 +90,8 @@ GpuLinear::GpuLinear(const std::string& mode, int64_t n, int64_t k)
 }
 
 void GpuLinear::set_quantized(const QuantizedWeight& host_qw, Device device) {
-  if (path_ == Path::packed_w4a8)
-    packed_ = pack_weight(host_qw.view(), device);
+  if (packed())
+    packed_ = pack_weight(host_qw.view(), packed_layout(format_), device);
   else
     qw_ = host_qw.to(device);
 }
@@ -149,18 +148,24 @@ std::unique_ptr<GpuLinear> GpuLinear::random(const std::string& mode, int64_t n,
   }
   const WeightFormat& wf = l->format_.weight;
   const double int4_scale = 1.0 / std::sqrt(kInt4Variance * kd);
-  if (l->path_ == Path::packed_w4a8) {
-    l->packed_ = allocate_packed_weight(wf, n, l->kp_, device);
+  const double int8_scale = 1.0 / std::sqrt(kInt8Variance * kd);
+  if (l->packed()) {
+    l->packed_ = allocate_packed_weight(wf, n, l->kp_, device, packed_layout(l->format_));
     PackedWeight& p = l->packed_;
     launch_fill_random_bytes(static_cast<uint8_t*>(p.q.data()), p.q.nbytes(), seed, stream);
-    const bool two_level = wf.scheme == WeightScheme::s4_two_level;
-    const double scale =
-        two_level ? 1.0 / std::sqrt(kTwoLevelGroupScaleSquare * kInt4Variance * kd) : int4_scale;
+    double scale = wf.scheme == WeightScheme::s8_sym ? int8_scale : int4_scale;
+    if (wf.scheme == WeightScheme::s4_two_level)
+      scale = 1.0 / std::sqrt(kTwoLevelGroupScaleSquare * kInt4Variance * kd);
     launch_fill_f32(static_cast<float*>(p.scales.data()), p.scales.view().numel(),
                     static_cast<float>(scale), stream);
-    if (two_level)
+    if (wf.scheme == WeightScheme::s4_two_level)
       launch_fill_two_level_params(static_cast<uint8_t*>(p.group_params.data()),
                                    p.group_params.nbytes() / 2, seed + 1, stream);
+    // Zeros (f32 in the packed layouts): the integer zero 8 of u4_asym (w = s·(q − 8)), the
+    // float zero 0 of u4_fzp (w = s·(q − 8) + 0).
+    if (wf.scheme == WeightScheme::u4_asym || wf.scheme == WeightScheme::u4_fzp)
+      launch_fill_f32(static_cast<float*>(p.zeros.data()), p.zeros.view().numel(),
+                      wf.scheme == WeightScheme::u4_asym ? 8.0f : 0.0f, stream);
     return l;
   }
   // Logical weights (the generic kernels' formats): random values; scales and zeros are small,
@@ -179,7 +184,7 @@ std::unique_ptr<GpuLinear> GpuLinear::random(const std::string& mode, int64_t n,
       fill_buffer(q.scales, int4_scale);
       fill_buffer(q.zeros, 0.0);
       break;
-    case WeightScheme::s8_sym: fill_buffer(q.scales, 1.0 / std::sqrt(kInt8Variance * kd)); break;
+    case WeightScheme::s8_sym: fill_buffer(q.scales, int8_scale); break;
     case WeightScheme::s4_two_level:  // w8 = 16·(q − 8) ∈ [−128, 112]
       fill_buffer(q.scales, int4_scale / 16.0);
       fill_buffer(q.group_scales, 16);
@@ -201,8 +206,9 @@ std::unique_ptr<GpuLinear> GpuLinear::bf16_shared(Tensor w) {
 ActKind GpuLinear::input_kind(bool fuse_int8) const {
   switch (path_) {
     case Path::cublas_bf16:
+    case Path::packed_a16:
     case Path::weight_only: return ActKind::bf16;  // as the CPU backend feeds A16 formats
-    case Path::packed_w4a8:
+    case Path::packed_a8:
     case Path::quantized_act:
       return fuse_int8 && format_.act == ActScheme::s8_per_token ? ActKind::s8_per_token
                                                                  : ActKind::f32;
@@ -228,7 +234,10 @@ void GpuLinear::forward(const LinearInput& in, const LinearScratch& scratch, int
     case Path::weight_only:
       linear(sub_view(in.x, m, kp_), qw_.view(), nullptr, out, stream);
       return;
-    case Path::packed_w4a8:
+    case Path::packed_a16:
+      linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, stream);
+      return;
+    case Path::packed_a8:
     case Path::quantized_act: {
       QuantizedActivationView qa;
       if (in.quantized) {
@@ -240,7 +249,7 @@ void GpuLinear::forward(const LinearInput& in, const LinearScratch& scratch, int
         qa.scales = TensorView::contiguous(scratch.scales, DType::f32, {m}, y.device);
         quantize_activation(sub_view(in.x, m, kp_), qa, stream);
       }
-      if (path_ == Path::packed_w4a8)
+      if (path_ == Path::packed_a8)
         linear(qa, packed_.view(), nullptr, out, stream);
       else
         linear(qa, qw_.view(), nullptr, out, stream);
@@ -250,33 +259,34 @@ void GpuLinear::forward(const LinearInput& in, const LinearScratch& scratch, int
 }
 
 int64_t GpuLinear::weight_bytes() const {
+  auto bytes = [](const Tensor& t) { return t.defined() ? t.nbytes() : int64_t{0}; };
   switch (path_) {
     case Path::cublas_bf16: return bf16_.nbytes();
-    case Path::packed_w4a8:
-      return packed_.q.nbytes() + packed_.scales.nbytes() +
-             (packed_.group_params.defined() ? packed_.group_params.nbytes() : 0);
+    case Path::packed_a8:
+    case Path::packed_a16:
+      return bytes(packed_.q) + bytes(packed_.scales) + bytes(packed_.group_params) +
+             bytes(packed_.zeros);
     case Path::quantized_act:
     case Path::weight_only:
-      return qw_.q.nbytes() + (qw_.scales.defined() ? qw_.scales.nbytes() : 0) +
-             (qw_.zeros.defined() ? qw_.zeros.nbytes() : 0) +
-             (qw_.group_scales.defined() ? qw_.group_scales.nbytes() : 0);
+      return bytes(qw_.q) + bytes(qw_.scales) + bytes(qw_.zeros) + bytes(qw_.group_scales);
   }
   return 0;
 }
 
 std::string GpuLinear::describe(int64_t m) const {
   if (path_ == Path::cublas_bf16) return "bf16 (cuBLAS cublasGemmEx, bf16 × bf16, f32 compute)";
-  const Device device = path_ == Path::packed_w4a8 ? packed_.q.view().device : qw_.q.view().device;
+  const Device device = packed() ? packed_.q.view().device : qw_.q.view().device;
   const std::string e = explain(format_, m, n_, kp_, device);
   // explain() names the logical-weight kernel, then the packed one; keep the one that runs.
-  const std::string packed_tag = "packed weights (pack_weight): ";
-  const auto at = e.find(packed_tag);
-  if (path_ == Path::packed_w4a8 && at != std::string::npos)
-    return mode_ + " (packed W4A8, " + e.substr(at + packed_tag.size()) + ")";
+  const auto at = e.find("packed weights (pack_weight");
+  const auto runs = at == std::string::npos ? at : e.find("): ", at);
+  if (packed() && runs != std::string::npos)
+    return mode_ + " (packed " + to_string(packed_.layout) + ", " + e.substr(runs + 3) + ")";
   const auto logical = e.find("logical weights: ");
   std::string what = logical == std::string::npos ? e : e.substr(logical + 17);
   what = what.substr(0, what.find(';'));
-  return mode_ + " (" + (path_ == Path::weight_only ? "bf16 activations, " : "") + what + ")";
+  return mode_ + " (logical weights" +
+         (path_ == Path::weight_only ? ", bf16 activations, " : ", ") + what + ")";
 }
 
 }  // namespace nibble::llm::cuda

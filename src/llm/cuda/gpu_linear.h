@@ -1,17 +1,22 @@
 // One linear layer of the CUDA runner, y (M, N) f32 = x (M, K) · Wᵀ, and the one place that
 // decides how it runs (GpuLinear::path):
 //
-//   mode                                   path             what forward() calls
-//   bf16                                   cublas_bf16      cublasGemmEx bf16 × bf16, f32 compute, f32 out
-//   int4 × int8-per-token formats that     packed_w4a8      [quantize_activation +] nibble::linear(
-//   pack_weight packs (w4a8_pc, w4a8_gNN,                      QuantizedActivationView, PackedWeightView)
-//   w4a8_g128_2level) with K_pad % 32 == 0                     — the tensor-core W4A8 kernels
-//   other formats with quantized           quantized_act    [quantize_activation +] nibble::linear(
-//   activations (w8a8, w4afp8_*, w4a4_*)                       QuantizedActivationView, QuantizedWeightView)
-//   weight-only formats (w4a16_*, w8a16)   weight_only      nibble::linear(TensorView bf16, QuantizedWeightView)
+//   mode                                     path              what forward() calls
+//   bf16                                     cublas_bf16       cublasGemmEx bf16 × bf16, f32 compute, f32 out
+//   formats with a packed layout             packed_a8         [quantize_activation +] nibble::linear(
+//   (has_packed_layout) and int8 per-token                       QuantizedActivationView, PackedWeightView)
+//   activations: w4a8_pc, w4a8_gNN,                            — the W4A8 tensor-core kernels
+//   w4a8_g128_2level (K_pad % 32 == 0)
+//   weight-only formats with a packed        packed_a16        nibble::linear(TensorView bf16, PackedWeightView)
+//   layout: w4a16_*, w8a16 (K_pad % 8 == 0)                    — the W4A16/W8A16 tensor-core kernel
+//   other formats with quantized             quantized_act     [quantize_activation +] nibble::linear(
+//   activations (w8a8, w4afp8_*, w4a4_*)                         QuantizedActivationView, QuantizedWeightView)
+//   other weight-only formats                weight_only       nibble::linear(TensorView bf16, QuantizedWeightView)
 //
-// Only nibble's public API runs the quantized layers. To move a format to a new kernel, change
-// choose_path() and forward() here; nothing else in the runner looks at formats.
+// Only nibble's public API runs the quantized layers, and the packed/logical choice follows
+// nibble's own has_packed_layout()/packed_layout(): a format that gains a packed layout moves
+// to it here, and a new kernel for an existing layout needs no change at all. Nothing else in
+// the runner looks at formats.
 //
 // K is padded as the CPU backend pads it (llm::padded_k: to the group size, or to an even count
 // for per-channel int4), with zero weight columns; the caller's input rows must be zero in the
@@ -50,7 +55,7 @@ struct LinearScratch {
 
 class GpuLinear {
  public:
-  enum class Path : uint8_t { cublas_bf16, packed_w4a8, quantized_act, weight_only };
+  enum class Path : uint8_t { cublas_bf16, packed_a8, packed_a16, quantized_act, weight_only };
 
   /// From f32 weights (n, k) on the host: rounded to bf16, or padded, quantized and packed.
   static std::unique_ptr<GpuLinear> from_floats(const std::string& mode,
@@ -86,6 +91,7 @@ class GpuLinear {
   const std::string& mode() const { return mode_; }
   /// The path in words, with the kernel nibble::explain picks at M = m.
   std::string describe(int64_t m) const;
+  bool packed() const { return path_ == Path::packed_a8 || path_ == Path::packed_a16; }
   /// The bf16 weight of a cublas_bf16 layer (empty otherwise).
   const Tensor& bf16_weight() const { return bf16_; }
 
@@ -99,7 +105,7 @@ class GpuLinear {
   Path path_ = Path::cublas_bf16;
   int64_t n_ = 0, k_ = 0, kp_ = 0;
   Tensor bf16_;           // cublas_bf16: (n, k)
-  PackedWeight packed_;   // packed_w4a8
+  PackedWeight packed_;   // packed_a8, packed_a16
   QuantizedWeight qw_;    // quantized_act, weight_only: (n, kp) on the device
 };
 
