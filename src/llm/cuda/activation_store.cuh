@@ -4,8 +4,8 @@
 // The int8 path reproduces nibble::quantize_activation (src/cuda/generic/act_quant.cu) bit for
 // bit from the same f32 values: amax = max |x| (fmaxf from 0), s = amax / 127 with IEEE
 // division (__fdiv_rn), q = clamp(rint(x / s), ±127), q = 0 when s = 0. A fused producer
-// therefore gives the same bytes as "write f32, then quantize_activation" (tested:
-// LlmCudaKernels.FusedInt8OutputEqualsQuantizeActivation).
+// therefore gives the same bytes as "write f32, then quantize_activation" (tested per kernel in
+// LlmCudaKernels.*, and end to end in LlmCudaBackend.FusedInt8QuantizationEqualsQuantizeActivation).
 #pragma once
 
 #include <cuda_bf16.h>

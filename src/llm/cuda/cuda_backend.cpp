@@ -15,7 +15,7 @@
 //               δ = a · Wdownᵀ
 //   logits = rmsnorm(x + δ)·g_out · Eᵀ (last row, or every row for all_logits)
 //
-// So a decode step is 4 GEMMs and 5 small kernels per block (Llama-3-8B: qkv 6144×4096,
+// So a decode step is 4 GEMMs and 4 small kernels per block (Llama-3-8B: qkv 6144×4096,
 // o 4096×4096, gate_up 28672×4096, down 4096×14336), captured once as one CUDA graph: the
 // token id and position are read from device memory (d_step_), every buffer and workspace is
 // allocated before capture, and a first eager step runs before it (so nibble's split-K
