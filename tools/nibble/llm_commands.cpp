@@ -27,7 +27,8 @@ using llm::ModelFiles;
 
 const std::vector<std::string> kModelOptions = {
     "format", "prefill-format", "decode-format", "device", "threads",     "ctx-size",
-    "random-weights", "arch", "seed", "layers", "head-format", "no-cuda-graph"};
+    "random-weights", "arch", "seed", "layers", "head-format", "no-cuda-graph",
+    "no-fused-quant"};
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
@@ -102,6 +103,7 @@ BackendOptions backend_options(const Args& a, const std::string& format) {
   // captures its decode step as a CUDA graph unless told not to.
   o.random_weights_on_device = is_cuda(a) && a.has("random-weights");
   o.cuda_graph = !a.has("no-cuda-graph");
+  o.fuse_activation_quant = !a.has("no-fused-quant");
   return o;
 }
 
