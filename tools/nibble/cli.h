@@ -29,5 +29,6 @@ int run_generate(int argc, char** argv);
 int run_perplexity(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_quantize_model(int argc, char** argv);
+int run_bench_model(int argc, char** argv);
 
 }  // namespace nibble::cli
