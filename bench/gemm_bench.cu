@@ -1,5 +1,6 @@
-// `nibble bench gemm`: times nibble's W4A8 linear against cuBLAS bf16 (cublasGemmEx) and
-// cuBLASLt int8 (s8×s8→s32) on Llama layer shapes, in one run.
+// `nibble bench gemm`: times nibble's packed-weight linears (W4A8 with int8 activations in; W4A16
+// and W8A16 with bf16 activations in) against cuBLAS bf16 (cublasGemmEx) and cuBLASLt int8
+// (s8×s8→s32) on Llama layer shapes, in one run.
 //
 // Method (docs/kernels.md): every timed op is captured `iters` times into a CUDA graph that
 // cycles through enough weight copies to exceed 3× L2, so weights stream from HBM as in real
@@ -127,11 +128,20 @@ struct Record {
   double us = 0, weight_bytes = 0;
 };
 
-// One packed W4A8 weight in device memory, random contents in the layout's valid range.
-PackedWeight random_packed(const WeightFormat& f, int64_t n, int64_t k, uint64_t seed) {
-  PackedWeight p = allocate_packed_weight(f, n, k, Device::cuda());
+// One packed weight in device memory, in the layout the format's kernels read, with random
+// contents in the layout's valid range.
+PackedWeight random_packed(const LinearFormat& lf, int64_t n, int64_t k, uint64_t seed) {
+  const WeightFormat& f = lf.weight;
+  PackedWeight p = allocate_packed_weight(f, n, k, Device::cuda(), packed_layout(lf));
   fill_random(p.q.data(), p.q.nbytes(), seed);
   fill_f32(p.scales.data(), p.scales.view().numel(), 1e-3f, 2e-3f, seed + 1);
+  if (p.zeros.defined()) {  // u4_asym: an integer zero point; u4_fzp: a float zero
+    std::vector<float> host(static_cast<size_t>(p.zeros.view().numel()));
+    std::mt19937 rng(static_cast<uint32_t>(seed + 2));
+    for (float& z : host)
+      z = f.scheme == WeightScheme::u4_asym ? float(rng() % 16) : float(rng() % 1000) * 1e-5f;
+    BENCH_CUDA(cudaMemcpy(p.zeros.data(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  }
   const bool two_level = f.scheme == WeightScheme::s4_two_level;
   if (two_level) {
     std::vector<uint8_t> host(static_cast<size_t>(p.group_params.nbytes()));
@@ -149,7 +159,8 @@ PackedWeight random_packed(const WeightFormat& f, int64_t n, int64_t k, uint64_t
 
 double packed_bytes(const PackedWeight& p) {
   return double(p.q.nbytes()) + double(p.scales.nbytes()) +
-         (p.group_params.defined() ? double(p.group_params.nbytes()) : 0.0);
+         (p.group_params.defined() ? double(p.group_params.nbytes()) : 0.0) +
+         (p.zeros.defined() ? double(p.zeros.nbytes()) : 0.0);
 }
 
 std::string today() {
@@ -214,11 +225,11 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     std::vector<std::pair<std::string, std::vector<PackedWeight>>> ours;
     for (const auto& fname : opt.formats) {
       const LinearFormat f = parse_linear_format(fname);
-      PackedWeight first = random_packed(f.weight, n, k, 300);
+      PackedWeight first = random_packed(f, n, k, 300);
       const int c = copies_for(static_cast<size_t>(packed_bytes(first)), dev.l2_bytes);
       std::vector<PackedWeight> copies;
       copies.push_back(std::move(first));
-      for (int i = 1; i < c; ++i) copies.push_back(random_packed(f.weight, n, k, 300 + i));
+      for (int i = 1; i < c; ++i) copies.push_back(random_packed(f, n, k, 300 + i));
       ours.emplace_back(fname, std::move(copies));
     }
 
@@ -241,7 +252,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         }
         records.push_back(r);
       };
-      // nibble W4A8, int8 activations in, bf16 out.
+      // nibble: W4A8 with int8 activations in, W4A16 / W8A16 with bf16 activations in; bf16 out.
       for (auto& [fname, copies] : ours) {
         const LinearFormat f = parse_linear_format(fname);
         QuantizedActivationView qa;
@@ -251,8 +262,12 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         const TensorView d = TensorView::contiguous(d_out.p, DType::bf16, {m, n}, Device::cuda());
         std::string kernel = explain(f, m, n, k, Device::cuda());
         kernel = kernel.substr(kernel.find("runs sm80") != std::string::npos ? kernel.find("runs sm80") + 5 : 0);
-        add(fname, packed_bytes(copies[0]), kernel, [&, d, qa](int i) {
-          linear(qa, copies[static_cast<size_t>(i) % copies.size()].view(), nullptr, d, stream);
+        const TensorView x = TensorView::contiguous(a_bf16.p, DType::bf16, {m, k}, Device::cuda());
+        const bool weight_only = f.act == ActScheme::none;
+        add(fname, packed_bytes(copies[0]), kernel, [&, d, qa, x, weight_only](int i) {
+          const PackedWeightView w = copies[static_cast<size_t>(i) % copies.size()].view();
+          if (weight_only) linear(x, w, nullptr, d, stream);
+          else linear(qa, w, nullptr, d, stream);
         });
       }
       // cuBLAS bf16: D (M, N) row-major = A (M, K) · W (N, K)ᵀ, i.e. column-major Dᵀ = W·Aᵀ.

@@ -45,6 +45,17 @@ void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView*
 void linear(const QuantizedActivationView& a, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
 
+/// Weight-only quantized linear (W4A16, W8A16) with weights packed by pack_weight in layout
+/// w4_mma16_k128 (s4_sym, u4_asym, u4_fzp) or w8_mma16_k128 (s8_sym):
+///   per channel:  D[m,n] = s[n] · Σ_k x[m,k]·q[n,k]                           (+ bias[n])
+///   group-wise:   D[m,n] = Σ_k x[m,k]·deq(W)[n,k]                              (+ bias[n])
+/// On CUDA x is (M, K) bf16 or f16 with 16-byte rows (K % 8 == 0) and runs the 16-bit tensor-core
+/// kernel: the integer weight enters exactly and per-channel scales multiply the f32 sum;
+/// group-wise, each weight is dequantized and rounded once to x's type (relative error ≤ 2⁻⁹
+/// for bf16, 2⁻¹² for f16), products and sums f32. On the CPU (x f32/f16/bf16) the reference.
+void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+            const TensorView& d, Stream stream = nullptr);
+
 /// Integer GEMM D (M, N) s32 = A (M, K) s8 · W (N, K)ᵀ with s4 weights packed by pack_s4_matrix
 /// (or any packed s4_sym weight, whose scales are then ignored). Exact; same limits as above.
 void gemm_s32(const TensorView& a, const PackedWeightView& w, const TensorView& d,

@@ -19,10 +19,24 @@
 //   the kernel's int8 weight is ((u · g_s) + (128 − g_s·g_z)) XOR 0x80 (see sm80_w4a8_gemm).
 //   Padded rows and groups have zero scales and parameters; they only ever meet zero-filled
 //   activations (k ≥ K) or unstored outputs (n ≥ N), so they never change a result.
+//
+// Layouts w4_mma16_k128 and w8_mma16_k128 (version 1), for 4- and 8-bit weights on 16-bit
+// tensor cores (mma.sync.m16n8k16 bf16/f16; W4A16, W8A16):
+//   The same 8×128 blocks and padding; a block is B = 512 (4-bit) or 1024 (8-bit) bytes at
+//   ((nb·K_pad/128)+kb)·B, and lane l = 4g + c owns bytes [l·B/32, (l+1)·B/32): one 16- or
+//   32-byte load holds its B fragments for the block's eight k16 steps.
+//     w4: word j (k32 step j) nibble i (bits 4i..4i+3) holds
+//           u(n = 8nb + g, k = 128kb + 32j + 16·((i>>1)&1) + 8·(i&1) + 2c + (i>>2))
+//         so (word >> 4i) & 0x000F000F is a k-pair of one B register (see sm80_weight_only_gemm).
+//     w8: word t (k16 step t) byte b holds u(n = 8nb + g, k = 128kb + 16t + 2c + (b&1) + 8(b>>1)).
+//   Values are unsigned: u = v + 8 (s4_sym), u = q (u4_asym, u4_fzp), u = v + 128 (s8_sym);
+//   padding u = 8 or 128. Scales f32, (N_pad) per channel or (⌈K_pad/G⌉, N_pad) per group;
+//   zeros f32 of the same shape for u4_asym (the integer zero z) and u4_fzp (the float zero).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "nibble/formats.h"
 #include "nibble/quantize.h"
@@ -32,11 +46,27 @@
 namespace nibble {
 
 enum class WeightLayout : uint8_t {
-  w4_mma_k128 = 1,  ///< int4 weights for mma.sync.m16n8k32 (s4_sym, s4_two_level)
+  w4_mma_k128 = 1,    ///< int4 weights for int8 mma (W4A8: s4_sym, s4_two_level)
+  w4_mma16_k128 = 2,  ///< int4 weights for bf16/f16 mma (W4A16: s4_sym, u4_asym, u4_fzp)
+  w8_mma16_k128 = 3,  ///< int8 weights for bf16/f16 mma (W8A16: s8_sym)
 };
 constexpr int kW4MmaK128Version = 1;
+constexpr int kW4Mma16K128Version = 1;
+constexpr int kW8Mma16K128Version = 1;
 
 const char* to_string(WeightLayout layout);
+/// "w4_mma_k128", ... → the layout; throws invalid_argument naming the choices.
+WeightLayout parse_weight_layout(std::string_view s);
+/// The current version of a layout, and the bits of one stored weight value (4 or 8).
+int layout_version(WeightLayout layout);
+int layout_weight_bits(WeightLayout layout);
+
+/// Whether the quantized-linear kernels read a packed layout for this format, and which:
+/// W4A8 (s8 activations × s4_sym / s4_two_level) → w4_mma_k128; W4A16 (s4_sym, u4_asym,
+/// u4_fzp) → w4_mma16_k128; W8A16 (s8_sym) → w8_mma16_k128. packed_layout throws unsupported
+/// for any other format (those run on logical weights).
+bool has_packed_layout(const LinearFormat& format);
+WeightLayout packed_layout(const LinearFormat& format);
 
 /// A weight matrix in a kernel-native layout. `format` is the logical format it came from.
 struct PackedWeightView {
@@ -49,6 +79,7 @@ struct PackedWeightView {
   TensorView q;             ///< u8 (n_pad/8 · k_pad/128 · 512) bytes
   TensorView scales;        ///< f32 (n_pad) or (k_pad/G, n_pad)
   TensorView group_params;  ///< two-level only: u8 (k_pad/G, 2·n_pad) pairs (g_s, offset)
+  TensorView zeros;         ///< u4_asym / u4_fzp in w4_mma16_k128: f32 (k_pad/G, n_pad)
 };
 
 /// Owns a packed weight.
@@ -61,33 +92,45 @@ struct PackedWeight {
   WeightFormat format;
   bool has_scales = true;
   int64_t n = 0, k = 0, n_pad = 0, k_pad = 0;
-  Tensor q, scales, group_params;
+  Tensor q, scales, group_params, zeros;
 };
 
-/// Allocates an empty w4_mma_k128 weight of `format` for an N×K matrix on `device`, with the
-/// layout's padded sizes: every nibble u = 8, scales and group parameters zero. pack_weight
-/// fills one on the host; benchmarks fill one with random contents directly on the GPU.
+/// Allocates an empty packed weight of `format` for an N×K matrix on `device`, with the
+/// layout's padded sizes: every value u = 8 (128 for 8-bit layouts), scales, zeros and group
+/// parameters zero. pack_weight fills one on the host; benchmarks fill one with random contents
+/// directly on the GPU.
 PackedWeight allocate_packed_weight(const WeightFormat& format, int64_t n, int64_t k,
-                                    Device device = Device::cpu());
+                                    Device device = Device::cpu(),
+                                    WeightLayout layout = WeightLayout::w4_mma_k128);
 
-/// Repacks a quantized weight (on the CPU) into the layout its format's kernels read, then
-/// copies it to `device`. Supported: s4_sym (per channel or any group size) and s4_two_level.
+/// Repacks a quantized weight (on the CPU) into `layout`, then copies it to `device`.
+/// w4_mma_k128: s4_sym (per channel or any group size) and s4_two_level; w4_mma16_k128:
+/// s4_sym, u4_asym, u4_fzp; w8_mma16_k128: s8_sym. Use packed_layout(linear format) to pick it.
+PackedWeight pack_weight(const QuantizedWeightView& w, WeightLayout layout,
+                         Device device = Device::cpu());
+/// The W4A8 layout w4_mma_k128.
 PackedWeight pack_weight(const QuantizedWeightView& w, Device device = Device::cpu());
 
 /// Packs a raw s4 matrix (N, K), for gemm_s32 with packed weights; it carries no scales.
 PackedWeight pack_s4_matrix(const TensorView& w, Device device = Device::cpu());
 
-/// Where logical element (n, k) lives in the w4_mma_k128 bytes: byte offset and bit shift (0
-/// for the low nibble, 4 for the high one).
+/// Where logical element (n, k) lives in a layout's bytes: byte offset and bit shift (0 or 4 for
+/// 4-bit values; 0 for 8-bit ones).
 struct NibbleIndex {
   int64_t byte;
   int shift;
 };
+NibbleIndex packed_weight_index(WeightLayout layout, int64_t n, int64_t k, int64_t k_pad);
 NibbleIndex w4_mma_k128_index(int64_t n, int64_t k, int64_t k_pad);
 
-/// Reads the signed weight integer at (n, k) back out of a packed view on the CPU: v for s4_sym
-/// (u − 8), q for s4_two_level. Tests use it to check the packing is a bijection.
+/// Reads the weight integer at (n, k) back out of a packed view on the CPU, as the logical
+/// format stores it: v for s4_sym and s8_sym, q for u4_asym, u4_fzp and s4_two_level. Tests
+/// use it to check the packing is a bijection.
 int packed_weight_value(const PackedWeightView& w, int64_t n, int64_t k);
+
+/// The logical weight a packed one holds (host memory; w on the host): the inverse of
+/// pack_weight, bit-exact (scales and zeros return to the format's scale dtype exactly).
+QuantizedWeight unpack_weight(const PackedWeightView& w);
 
 /// A text drawing of which (n, k) each lane's bytes hold in one 8×128 block.
 std::string describe_layout(WeightLayout layout);

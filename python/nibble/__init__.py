@@ -22,7 +22,7 @@ from .formats import (LINEAR_FORMATS, LinearFormat, WeightFormat, linear_format,
 from .ops import (PackedWeight, QuantizedActivation, QuantizedWeight, dequantize_activation,
                   dequantize_weight, empty_activation, empty_weight, explain, gemm_s32,
                   gemm_s4s4, gemm_s8s4, gemm_s8s8, linear, pack_int4, pack_s4_matrix,
-                  pack_weight, quantize_activation, quantize_activation_static,
+                  pack_weight, packed_layout, quantize_activation, quantize_activation_static,
                   quantize_weight, quantized_linear, unpack_int4)
 
 __version__ = _C.build_info()["version"]
@@ -67,7 +67,7 @@ __all__ = [
     "QuantizedWeight", "QuantizedActivation", "PackedWeight",
     "empty_weight", "empty_activation", "quantize_weight", "dequantize_weight",
     "quantize_activation", "quantize_activation_static", "dequantize_activation",
-    "pack_int4", "unpack_int4", "pack_weight", "pack_s4_matrix",
+    "pack_int4", "unpack_int4", "pack_weight", "packed_layout", "pack_s4_matrix",
     "gemm_s32", "gemm_s8s8", "gemm_s8s4", "gemm_s4s4", "linear", "quantized_linear",
     "explain", "build_info", "cuda_device_count", "cuda_unavailable_reason",
     "cuda_device_info", "cli_path", "__version__",

@@ -113,11 +113,14 @@ _ACT_DTYPE = {"s8_per_token": "s8", "s8_per_tensor": "s8", "s4_per_token": "s4",
 class PackedWeight:
     """A weight in a kernel-native layout made by `pack_weight` (docs/layouts.md).
 
-    ``layout`` ``"w4_mma_k128"`` (``version`` 1): int4 weights for the mma.sync W4A8 kernels.
-    ``q``: uint8 (n_pad/8 · k_pad/128 · 512) bytes; ``scales``: f32 (n_pad) or
-    (k_pad/G, n_pad); ``group_params``: two-level only, u8 (k_pad/G, 2·n_pad). ``n_pad`` is N
-    rounded up to 8, ``k_pad`` K rounded up to 128. ``format`` is the logical weight format it
-    came from; ``has_scales`` is False for a raw s4 matrix (`pack_s4_matrix`)."""
+    ``layout`` (``version`` 1): ``"w4_mma_k128"``, int4 weights for the W4A8 tensor-core
+    kernels; ``"w4_mma16_k128"`` / ``"w8_mma16_k128"``, int4 / int8 weights for the W4A16 /
+    W8A16 kernels (bf16/f16 activations). ``q``: uint8 (n_pad · k_pad · bits / 8) bytes;
+    ``scales``: f32 (n_pad) or (⌈k_pad/G⌉, n_pad); ``group_params``: two-level only, u8
+    (k_pad/G, 2·n_pad); ``zeros``: u4_asym / u4_fzp in the 16-bit layouts, f32 like the scales.
+    ``n_pad`` is N rounded up to 8, ``k_pad`` K rounded up to 128. ``format`` is the logical
+    weight format it came from; ``has_scales`` is False for a raw s4 matrix
+    (`pack_s4_matrix`)."""
 
     layout: str
     version: int
@@ -130,18 +133,21 @@ class PackedWeight:
     q: Array
     scales: Optional[Array]
     group_params: Optional[Array]
+    zeros: Optional[Array] = None
 
     def _c(self):
         return (self.layout, self.version, self.format, self.has_scales, self.n, self.k,
                 self.n_pad, self.k_pad, _arrays.arg(self.q, "u8"),
-                _arrays.arg(self.scales, "f32"), _arrays.arg(self.group_params, "u8"))
+                _arrays.arg(self.scales, "f32"), _arrays.arg(self.group_params, "u8"),
+                _arrays.arg(self.zeros, "f32"))
 
     def to(self, like: Array) -> "PackedWeight":
         """A copy whose arrays are in the library and on the device of `like`."""
         def move(x):
             return None if x is None else _arrays.to_library(_arrays.to_numpy(x), like)
         return dataclasses.replace(self, q=move(self.q), scales=move(self.scales),
-                                   group_params=move(self.group_params))
+                                   group_params=move(self.group_params),
+                                   zeros=move(self.zeros))
 
 
 # ---- quantization --------------------------------------------------------------------------------
@@ -285,15 +291,30 @@ def _from_tuple(t, like) -> PackedWeight:
     return p.to(like)
 
 
-def pack_weight(w: QuantizedWeight) -> PackedWeight:
-    """Repacks a quantized weight into the layout its format's tensor-core kernels read
-    (w4_mma_k128: int4 symmetric per channel or per group, and two-level). The packing runs on
-    the host; the result's arrays are in w's library and on w.q's device. Bit-exact: every
-    value and scale is kept (scales become f32)."""
+def packed_layout(format: Union[str, LinearFormat]) -> Optional[str]:
+    """The packed layout the tensor-core kernels of a linear format read, or None when the
+    format has none: W4A8 (s8 activations, int4 symmetric or two-level weights) →
+    ``"w4_mma_k128"``; W4A16 (s4_sym, u4_asym, u4_fzp) → ``"w4_mma16_k128"``; W8A16 →
+    ``"w8_mma16_k128"``."""
+    name = format.name if isinstance(format, LinearFormat) else format
+    return _C.packed_layout(name)
+
+
+def pack_weight(w: QuantizedWeight, layout: Optional[str] = None) -> PackedWeight:
+    """Repacks a quantized weight into a tensor-core layout (docs/layouts.md): ``layout`` as
+    `packed_layout(linear format)` names it. By default: w4_mma_k128 (W4A8) for int4 symmetric
+    and two-level weights, w4_mma16_k128 for u4_asym / u4_fzp, w8_mma16_k128 for int8 — pass
+    ``"w4_mma16_k128"`` to pack int4 symmetric weights for W4A16. The packing runs on the host;
+    the result's arrays are in w's library and on w.q's device. Bit-exact: every value, scale
+    and zero is kept (scales and zeros become f32)."""
+    if layout is None:
+        scheme = w.weight_format.scheme
+        layout = {"u4_asym": "w4_mma16_k128", "u4_fzp": "w4_mma16_k128",
+                  "s8_sym": "w8_mma16_k128"}.get(scheme, "w4_mma_k128")
     host = QuantizedWeight(w.format, w.n, w.k,
                            **{f: None if x is None else _arrays.to_numpy(x)
                               for f, x in w.arrays().items()})
-    return _from_tuple(_C.pack_weight(host._c()), w.q)
+    return _from_tuple(_C.pack_weight(host._c(), layout), w.q)
 
 
 def pack_s4_matrix(w: Array) -> PackedWeight:
@@ -367,8 +388,10 @@ def linear(a: Union[QuantizedActivation, Array], w: Union[QuantizedWeight, Packe
     integer products summed exactly in int32 (fp8: f32), rescaled and summed in f32.
     With float activations ``a`` (M, K) f32/f16/bf16 — weight-only W4A16 / W8A16:
       D = a · deq(W)ᵀ, products and sums in f32.
-    ``w`` is a QuantizedWeight, or a PackedWeight (W4A8 with s8 activations; on CUDA the
-    tensor-core kernel, which needs K % 32 == 0). The pair (weight format, activation scheme)
+    ``w`` is a QuantizedWeight, or a PackedWeight: W4A8 with s8 activations (on CUDA the
+    int8 tensor-core kernels, K % 32 == 0), or W4A16 / W8A16 with float activations (on CUDA
+    the 16-bit tensor-core kernel: ``a`` bf16/f16, K % 8 == 0; group-wise weights are rounded
+    once to a's dtype after their scale). The pair (weight format, activation scheme)
     must be a linear format of the catalogue. ``bias``: None or (N) f32/f16/bf16. The output
     is f32/f16/bf16 (``out_dtype``; default: the dtype of float activations, f32 otherwise).
     """
@@ -385,11 +408,10 @@ def linear(a: Union[QuantizedActivation, Array], w: Union[QuantizedWeight, Packe
     s = _arrays.stream_handle(stream, x)
     b = _arrays.arg(bias)
     if isinstance(w, PackedWeight):
-        if not quantized:
-            raise _C.InvalidArgumentError(
-                "nibble::linear: argument 'a' must be QuantizedActivation (s8) for packed "
-                "weights")
-        _C.linear_packed(a._c(), w._c(), b, d, s)
+        if quantized:
+            _C.linear_packed(a._c(), w._c(), b, d, s)
+        else:
+            _C.linear_packed_a16(_arrays.arg(a), w._c(), b, d, s)
     elif quantized:
         _C.linear(a._c(), w._c(), b, d, s)
     else:

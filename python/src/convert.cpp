@@ -207,9 +207,9 @@ QuantizedActivationView Call::activation(nb::handle obj, const std::string& arg,
 }
 
 PackedWeightView Call::packed(nb::handle obj, const std::string& arg) {
-  if (!nb::isinstance<nb::tuple>(obj) || nb::len(obj) != 11)
+  if (!nb::isinstance<nb::tuple>(obj) || nb::len(obj) != 12)
     fail(arg, "must be a packed weight (layout, version, format, has_scales, n, k, n_pad, "
-              "k_pad, q, scales, group_params)");
+              "k_pad, q, scales, group_params, zeros)");
   const nb::tuple t = nb::borrow<nb::tuple>(obj);
   PackedWeightView w;
   w.layout = weight_layout_from_string(nb::cast<std::string>(t[0]));
@@ -223,6 +223,7 @@ PackedWeightView Call::packed(nb::handle obj, const std::string& arg) {
   w.q = input(t[8], arg + ".q");
   w.scales = input(t[9], arg + ".scales");
   w.group_params = input(t[10], arg + ".group_params");
+  w.zeros = input(t[11], arg + ".zeros");
   return w;
 }
 
@@ -236,9 +237,7 @@ ActScheme act_scheme_from_string(std::string_view name) {
 }
 
 WeightLayout weight_layout_from_string(std::string_view name) {
-  if (name == to_string(WeightLayout::w4_mma_k128)) return WeightLayout::w4_mma_k128;
-  throw Error(ErrorCode::invalid_argument,
-              "nibble: unknown weight layout '" + std::string(name) + "' (w4_mma_k128)");
+  return parse_weight_layout(name);
 }
 
 Device device_from(std::string_view type, int index) {

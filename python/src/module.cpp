@@ -45,7 +45,8 @@ nb::tuple packed_tuple(const nibble::PackedWeight& p) {
   };
   return nb::make_tuple(nibble::to_string(p.layout), p.version, nibble::to_string(p.format),
                         p.has_scales, p.n, p.k, p.n_pad, p.k_pad, array_or_none(p.q),
-                        array_or_none(p.scales), array_or_none(p.group_params));
+                        array_or_none(p.scales), array_or_none(p.group_params),
+                        array_or_none(p.zeros));
 }
 
 }  // namespace
@@ -180,15 +181,22 @@ NB_MODULE(_C, m) {
   });
 
   // ---- packed layouts ------------------------------------------------------------------------
-  m.def("pack_weight", [](nb::handle w) {
+  m.def("pack_weight", [](nb::handle w, const std::string& layout) {
     Call c("pack_weight");
     const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
+    const nibble::WeightLayout l = nibble::python::weight_layout_from_string(layout);
     nibble::PackedWeight p;
     {
       nb::gil_scoped_release release;
-      p = nibble::pack_weight(wv, nibble::Device::cpu());
+      p = nibble::pack_weight(wv, l, nibble::Device::cpu());
     }
     return packed_tuple(p);
+  }, nb::arg("w"), nb::arg("layout") = "w4_mma_k128");
+  m.def("packed_layout", [](const std::string& format) {
+    const nibble::LinearFormat f = nibble::parse_linear_format(format);
+    return nibble::has_packed_layout(f) ? nb::object(nb::str(nibble::to_string(
+                                              nibble::packed_layout(f))))
+                                        : nb::none();
   });
   m.def("pack_s4_matrix", [](nb::handle w) {
     Call c("pack_s4_matrix");
@@ -200,10 +208,12 @@ NB_MODULE(_C, m) {
     }
     return packed_tuple(p);
   });
-  m.def("allocate_packed_weight", [](const std::string& format, int64_t n, int64_t k) {
-    return packed_tuple(
-        nibble::allocate_packed_weight(nibble::parse_weight_format(format), n, k));
-  });
+  m.def("allocate_packed_weight", [](const std::string& format, int64_t n, int64_t k,
+                                     const std::string& layout) {
+    return packed_tuple(nibble::allocate_packed_weight(
+        nibble::parse_weight_format(format), n, k, nibble::Device::cpu(),
+        nibble::python::weight_layout_from_string(layout)));
+  }, nb::arg("format"), nb::arg("n"), nb::arg("k"), nb::arg("layout") = "w4_mma_k128");
   m.def("w4_mma_k128_index", [](int64_t n, int64_t k, int64_t k_pad) {
     const nibble::NibbleIndex i = nibble::w4_mma_k128_index(n, k, k_pad);
     return nb::make_tuple(i.byte, i.shift);
@@ -275,6 +285,18 @@ NB_MODULE(_C, m) {
         nibble::linear(av, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
       },
       nb::arg("a"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
+  m.def(
+      "linear_packed_a16",
+      [](nb::handle x, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
+        Call c("linear");
+        const nibble::TensorView xv = c.input(x, "x");
+        const nibble::PackedWeightView wv = c.packed(w, "w");
+        const nibble::TensorView bv = c.input(bias, "bias");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::linear(xv, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
+      },
+      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
   m.def("explain", [](const std::string& format, int64_t m_, int64_t n, int64_t k,
                       const std::string& device_type, int index) {
     return nibble::explain(nibble::parse_linear_format(format), m_, n, k,

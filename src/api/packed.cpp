@@ -18,79 +18,88 @@ using detail::ArgCheck;
 
 namespace {
 
+// A packed view in one of `layouts`, consistent in itself, on `device`.
 void check_packed(const ArgCheck& check, const PackedWeightView& w, Device device,
-                  bool needs_scales) {
-  check.condition(w.layout == WeightLayout::w4_mma_k128 && w.version == kW4MmaK128Version, "w",
-                  "must be packed in layout w4_mma_k128 version " +
-                      std::to_string(kW4MmaK128Version) + " (use pack_weight), got " +
-                      to_string(w.layout) + " v" + std::to_string(w.version));
-  check.condition(w.format.scheme == WeightScheme::s4_sym ||
-                      w.format.scheme == WeightScheme::s4_two_level,
-                  "w.format", std::string("must be s4_sym or s4_two_level, got ") +
-                                  to_string(w.format.scheme));
+                  bool needs_scales, std::initializer_list<WeightLayout> layouts) {
+  bool known = false;
+  std::string names;
+  for (WeightLayout l : layouts) {
+    known = known || w.layout == l;
+    names += std::string(names.empty() ? "" : " or ") + to_string(l);
+  }
+  check.condition(known && w.version == layout_version(w.layout), "w",
+                  "must be packed in layout " + names + " at its current version (use "
+                  "pack_weight with packed_layout(format)), got " + to_string(w.layout) + " v" +
+                      std::to_string(w.version));
+  const WeightScheme s = w.format.scheme;
+  const bool scheme_ok =
+      w.layout == WeightLayout::w4_mma_k128
+          ? s == WeightScheme::s4_sym || s == WeightScheme::s4_two_level
+      : w.layout == WeightLayout::w8_mma16_k128
+          ? s == WeightScheme::s8_sym
+          : s == WeightScheme::s4_sym || s == WeightScheme::u4_asym || s == WeightScheme::u4_fzp;
+  check.condition(scheme_ok, "w.format",
+                  std::string("must be a scheme that layout ") + to_string(w.layout) +
+                      " holds, got " + to_string(s));
   check.condition(w.n > 0 && w.k > 0 && w.n_pad == (w.n + 7) / 8 * 8 &&
                       w.k_pad == (w.k + 127) / 128 * 128,
                   "w", "has inconsistent sizes n=" + std::to_string(w.n) + " k=" +
                            std::to_string(w.k) + " n_pad=" + std::to_string(w.n_pad) +
                            " k_pad=" + std::to_string(w.k_pad));
-  check.condition(w.k % 32 == 0, "w.k", "must be a multiple of 32 for the mma.sync kernels, got " +
-                                            std::to_string(w.k));
   check.tensor(w.q, "w.q", 1);
   check.dtype(w.q, "w.q", {DType::u8});
-  check.shape(w.q, "w.q", {w.n_pad * w.k_pad / 2});
+  check.shape(w.q, "w.q", {w.n_pad * w.k_pad * layout_weight_bits(w.layout) / 8});
   check.contiguous(w.q, "w.q");
   check.device(w.q, "w.q", device);
   if (!needs_scales) return;
   check.condition(w.has_scales, "w", "is a raw s4 matrix without scales; linear needs pack_weight");
-  const bool two_level = w.format.scheme == WeightScheme::s4_two_level;
+  const bool two_level = s == WeightScheme::s4_two_level;
+  const bool per_row = w.format.per_channel() || two_level;
   const int64_t groups = w.format.per_channel() ? 0 : (w.k_pad + w.format.group_size - 1) /
                                                           w.format.group_size;
-  check.tensor(w.scales, "w.scales", w.format.per_channel() || two_level ? 1 : 2);
-  check.dtype(w.scales, "w.scales", {DType::f32});
-  if (w.format.per_channel() || two_level) check.shape(w.scales, "w.scales", {w.n_pad});
-  else check.shape(w.scales, "w.scales", {groups, w.n_pad});
-  check.contiguous(w.scales, "w.scales");
-  check.device(w.scales, "w.scales", device);
-  if (two_level) {
-    check.tensor(w.group_params, "w.group_params", 2);
-    check.dtype(w.group_params, "w.group_params", {DType::u8});
-    check.shape(w.group_params, "w.group_params", {groups, 2 * w.n_pad});
-    check.contiguous(w.group_params, "w.group_params");
-    check.device(w.group_params, "w.group_params", device);
+  auto check_table = [&](const TensorView& t, const char* arg, DType dtype, int64_t cols) {
+    check.tensor(t, arg, per_row && dtype == DType::f32 ? 1 : 2);
+    check.dtype(t, arg, {dtype});
+    if (per_row && dtype == DType::f32) check.shape(t, arg, {cols});
+    else check.shape(t, arg, {groups, cols});
+    check.contiguous(t, arg);
+    check.device(t, arg, device);
+  };
+  check_table(w.scales, "w.scales", DType::f32, w.n_pad);
+  if (two_level) check_table(w.group_params, "w.group_params", DType::u8, 2 * w.n_pad);
+  if (w.layout != WeightLayout::w4_mma_k128 &&
+      (s == WeightScheme::u4_asym || s == WeightScheme::u4_fzp))
+    check_table(w.zeros, "w.zeros", DType::f32, w.n_pad);
+}
+
+void check_output(const ArgCheck& check, const TensorView* bias, const TensorView& d, int64_t m,
+                  int64_t n, Device device) {
+  check.tensor(d, "d", 2);
+  check.dtype(d, "d", {DType::f32, DType::f16, DType::bf16});
+  check.shape(d, "d", {m, n});
+  check.rows_packed(d, "d");
+  check.device(d, "d", device);
+  if (bias != nullptr) {
+    check.tensor(*bias, "bias", 1);
+    check.dtype(*bias, "bias", {DType::f32, DType::f16, DType::bf16});
+    check.shape(*bias, "bias", {n});
+    check.contiguous(*bias, "bias");
+    check.device(*bias, "bias", device);
   }
+}
+
+// The int8 mma.sync kernels step K by 32.
+void check_mma_k(const ArgCheck& check, const PackedWeightView& w) {
+  check.condition(w.k % 32 == 0, "w.k", "must be a multiple of 32 for the mma.sync kernels, got " +
+                                            std::to_string(w.k));
 }
 
 void check_cuda_alignment(const ArgCheck& check, const TensorView& a, const char* arg) {
   check.aligned(a, arg, 16);
-  check.condition(a.stride(0) % 16 == 0, arg,
+  const int64_t pitch = a.stride(0) * dtype_bits(a.dtype) / 8;
+  check.condition(pitch % 16 == 0, arg,
                   "must have a row pitch that is a multiple of 16 bytes for cp.async, got " +
-                      std::to_string(a.stride(0)));
-}
-
-// The logical weight a packed view holds, for the CPU path (reference on unpacked values).
-QuantizedWeight unpack_on_host(const PackedWeightView& w) {
-  QuantizedWeight q(w.format, w.n, w.k);
-  const QuantizedWeightView v = q.view();
-  const bool two_level = w.format.scheme == WeightScheme::s4_two_level;
-  const auto* scales = static_cast<const float*>(w.scales.data);
-  for (int64_t n = 0; n < w.n; ++n) {
-    for (int64_t k = 0; k < w.k; ++k) cpu::set_int(v.q, n, k, packed_weight_value(w, n, k));
-    if (w.format.per_channel() || two_level) cpu::set_float(v.scales, n, 0, scales[n]);
-  }
-  if (!w.format.per_channel()) {
-    const auto* params = static_cast<const uint8_t*>(w.group_params.data);
-    for (int64_t gi = 0; gi < w.k / w.format.group_size; ++gi)
-      for (int64_t n = 0; n < w.n; ++n) {
-        if (!two_level) {
-          cpu::set_float(v.scales, n, gi, scales[gi * w.n_pad + n]);
-          continue;
-        }
-        const int gs = params[(gi * w.n_pad + n) * 2], offset = params[(gi * w.n_pad + n) * 2 + 1];
-        cpu::set_int(v.group_scales, n, gi, gs);
-        cpu::set_int(v.zeros, n, gi, (128 - offset) / gs);
-      }
-  }
-  return q;
+                      std::to_string(pitch) + " bytes");
 }
 
 }  // namespace
@@ -103,22 +112,12 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
   check.condition(a.scheme == ActScheme::s8_per_token || a.scheme == ActScheme::s8_per_tensor,
                   "a.scheme", std::string("must be s8_per_token or s8_per_tensor for packed int4 "
                                           "weights, got ") + to_string(a.scheme));
-  check_packed(check, w, device, true);
+  check_packed(check, w, device, true, {WeightLayout::w4_mma_k128});
+  check_mma_k(check, w);
   check.condition(a.q.size(1) == w.k, "a.q",
                   "must have K = " + std::to_string(w.k) + " columns like the weights, got " +
                       std::to_string(a.q.size(1)));
-  check.tensor(d, "d", 2);
-  check.dtype(d, "d", {DType::f32, DType::f16, DType::bf16});
-  check.shape(d, "d", {m, w.n});
-  check.rows_packed(d, "d");
-  check.device(d, "d", device);
-  if (bias != nullptr) {
-    check.tensor(*bias, "bias", 1);
-    check.dtype(*bias, "bias", {DType::f32, DType::f16, DType::bf16});
-    check.shape(*bias, "bias", {w.n});
-    check.contiguous(*bias, "bias");
-    check.device(*bias, "bias", device);
-  }
+  check_output(check, bias, d, m, w.n, device);
   const bool whole_k = w.format.per_channel() || w.format.scheme == WeightScheme::s4_two_level;
   const DType w_int = w.format.scheme == WeightScheme::s4_two_level ? DType::s8 : DType::s4;
   const int64_t span = whole_k ? w.k : w.format.group_size;
@@ -130,7 +129,7 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
                   ErrorCode::out_of_range);
   detail::check_backend(check, device);
   if (device.type == DeviceType::cpu) {
-    const QuantizedWeight logical = unpack_on_host(w);
+    const QuantizedWeight logical = unpack_weight(w);
     return cpu::linear(a, logical.view(), bias, d);
   }
   check_cuda_alignment(check, a.q, "a.q");
@@ -141,12 +140,44 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 #endif
 }
 
+void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+            const TensorView& d, Stream stream) {
+  const ArgCheck check("linear");
+  check.tensor(x, "x", 2);
+  const Device device = x.device;
+  check_packed(check, w, device, true,
+               {WeightLayout::w4_mma16_k128, WeightLayout::w8_mma16_k128});
+  check.condition(x.size(1) == w.k, "x",
+                  "must have K = " + std::to_string(w.k) + " columns like the weights, got " +
+                      std::to_string(x.size(1)));
+  check.rows_packed(x, "x");
+  check_output(check, bias, d, x.size(0), w.n, device);
+  detail::check_backend(check, device);
+  if (device.type == DeviceType::cpu) {
+    check.dtype(x, "x", {DType::f32, DType::f16, DType::bf16});
+    const QuantizedWeight logical = unpack_weight(w);
+    return cpu::linear(x, logical.view(), bias, d);
+  }
+  // The tensor cores take the activations as they are: 16-bit floats, 16-byte rows.
+  check.dtype(x, "x", {DType::bf16, DType::f16});
+  check.condition(w.k % 8 == 0, "w.k",
+                  "must be a multiple of 8 (16-byte rows of x) for the CUDA kernels, got " +
+                      std::to_string(w.k));
+  check_cuda_alignment(check, x, "x");
+#if NIBBLE_WITH_CUDA
+  cuda::linear_packed(x, w, bias, d, stream);
+#else
+  (void)stream;
+#endif
+}
+
 void gemm_s32(const TensorView& a, const PackedWeightView& w, const TensorView& d, Stream stream) {
   const ArgCheck check("gemm_s32");
   check.tensor(a, "a", 2);
   check.dtype(a, "a", {DType::s8});
   check.rows_packed(a, "a");
-  check_packed(check, w, a.device, false);
+  check_packed(check, w, a.device, false, {WeightLayout::w4_mma_k128});
+  check_mma_k(check, w);
   check.condition(w.format.scheme == WeightScheme::s4_sym, "w.format",
                   std::string("must be s4_sym for a raw s8×s4 GEMM, got ") +
                       to_string(w.format.scheme));

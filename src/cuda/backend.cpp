@@ -10,6 +10,7 @@
 #include "cuda/generic/act_quant.h"
 #include "cuda/generic/simt_linear.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "nibble/device.h"
 
@@ -186,6 +187,48 @@ void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
   launch_w4a8(l, stream);
 }
 
+namespace {
+sm80::WeightOnlyDequant dequant_of(const WeightFormat& w) {
+  using sm80::WeightOnlyDequant;
+  if (w.per_channel()) return WeightOnlyDequant::per_channel;
+  switch (w.scheme) {
+    case WeightScheme::u4_asym: return WeightOnlyDequant::group_zero;
+    case WeightScheme::u4_fzp: return WeightOnlyDequant::group_fzp;
+    default: return WeightOnlyDequant::group_scale;
+  }
+}
+}  // namespace
+
+void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+                   const TensorView& d, Stream stream) {
+  detail::DeviceGuard guard(x.device.index);
+  require_sm80(x.device.index);
+  WeightOnlyLaunch l;
+  l.device = x.device.index;
+  l.x_dtype = x.dtype;
+  l.bits = layout_weight_bits(w.layout);
+  l.dequant = dequant_of(w.format);
+  l.group = w.format.group_size;
+  l.m = x.size(0);
+  l.n = w.n;
+  l.k = w.k;
+  l.n_pad = w.n_pad;
+  l.k_pad = w.k_pad;
+  l.x = x.data;
+  l.ldx = x.stride(0);
+  l.w = w.q.data;
+  l.w_scales = static_cast<const float*>(w.scales.data);
+  l.w_zeros = static_cast<const float*>(w.zeros.data);
+  if (bias != nullptr) {
+    l.bias = bias->data;
+    l.bias_dtype = bias->dtype;
+  }
+  l.d = d.data;
+  l.ldd = d.stride(0);
+  l.d_dtype = d.dtype;
+  launch_sm80_weight_only(l, stream);
+}
+
 void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const TensorView& d,
                      Stream stream) {
   detail::DeviceGuard guard(a.device.index);
@@ -197,25 +240,30 @@ void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const Tenso
 
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device) {
   std::string s = "logical weights: " + explain_linear(make_problem(format, m, n, k, device));
-  const bool packable = (format.act == ActScheme::s8_per_token ||
-                         format.act == ActScheme::s8_per_tensor) &&
-                        (format.weight.scheme == WeightScheme::s4_sym ||
-                         format.weight.scheme == WeightScheme::s4_two_level);
-  if (!packable) return s + "; no packed layout for this format yet";
+  if (!has_packed_layout(format)) return s + "; no packed layout for this format yet";
   const DeviceInfo info = cuda_device_info(device);
   if (info.cc_major < 8) return s + "; packed weights need sm_80+";
-  if (k % 32 != 0) return s + "; packed weights need K % 32 == 0";
+  const std::string packed = "; packed weights (pack_weight, layout " +
+                             std::string(to_string(packed_layout(format))) + "): runs ";
+  if (format.act == ActScheme::none) {
+    if (k % 8 != 0) return s + "; packed weight-only layouts need K % 8 == 0";
+    return s + packed +
+           describe(plan_sm80_weight_only(m, (n + 7) / 8 * 8, (k + 127) / 128 * 128,
+                                          info.sm_count)) +
+           " on " + std::to_string(info.sm_count) + " SMs";
+  }
+  if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
   const sm80::W4A8Epilogue epilogue = epilogue_of(format.weight);
   const int64_t n_pad = (n + 7) / 8 * 8;
   const int64_t k_pad = (k + 127) / 128 * 128;
   if (use_sm90_w4a8(device, m, n_pad, k_pad, epilogue, format.weight.group_size))
-    return s + "; packed weights (pack_weight): runs " +
+    return s + packed +
            describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count)) + " on " +
            std::to_string(info.sm_count) + " SMs (Hopper: M >= " + std::to_string(kSm90MinTokens) +
            ", or M >= " + std::to_string(kSm90MinTokensOneWave) + " when the grid is one wave)";
   const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, k, (k + 127) / 128 * 128, epilogue,
                                        format.weight.group_size, info.sm_count);
-  return s + "; packed weights (pack_weight): runs " + describe(plan) + " on " +
+  return s + packed + describe(plan) + " on " +
          std::to_string(info.sm_count) + " SMs";
 }
 

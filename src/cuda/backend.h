@@ -22,6 +22,8 @@ void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView*
             const TensorView& d, Stream stream);
 void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
                    const TensorView* bias, const TensorView& d, Stream stream);
+void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+                   const TensorView& d, Stream stream);
 void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const TensorView& d,
                      Stream stream);
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device);

@@ -2,12 +2,13 @@
 // hardware that computes the model. A Backend owns the weights in its own form (bf16, nibble
 // formats, packed for a kernel) and the KV cache, and computes logits for a run of tokens.
 //
-// The CPU backend (cpu_backend.cpp) is the slow, exact one that CI runs end to end. A CUDA
-// backend plugs in behind the same interface: make_backend() picks it for device "cuda"; it
-// would pull the weights tensor by tensor from the WeightSource (quantize, pack_weight, upload,
-// drop the host copy), keep the KV cache on the GPU, and capture the one-token decode step as
-// a CUDA graph at construction (the position and the token index come from device memory, so
-// one graph replays for every step). See docs/runner.md, "Adding the GPU backend".
+// The CPU backend (cpu_backend.cpp) is the slow, exact one that CI runs end to end. The CUDA
+// backend (cuda/cuda_backend.cpp, built with NIBBLE_WITH_CUDA) plugs in behind the same
+// interface: make_backend() picks it for device "cuda"; it pulls the weights tensor by tensor
+// from the WeightSource (quantize, pack_weight, upload, drop the host copy), keeps the KV cache
+// on the GPU, and captures the one-token decode step as a CUDA graph at construction (the
+// position and the token id come from device memory, so one graph replays for every step).
+// See docs/runner.md, "The GPU backend".
 #pragma once
 
 #include <cstdint>
@@ -36,12 +37,32 @@ struct BackendOptions {
   int threads = 0;
   /// Run only the first `max_layers` blocks (0: all) — for 8B-shaped runs on a small machine.
   int64_t max_layers = 0;
+  /// CUDA: capture the one-token decode step as one CUDA graph (off: launch its kernels one by
+  /// one each step — for debugging, and for the test that the graph equals eager launches).
+  bool cuda_graph = true;
+  /// CUDA: kernels that produce the input of an int8-per-token linear (RMSNorm, SwiGLU, decode
+  /// attention) quantize it themselves, bit-identically to quantize_activation (off: they write
+  /// f32 and the layer calls quantize_activation).
+  bool fuse_activation_quant = true;
+  /// CUDA: make --random-weights directly on the GPU (same distributions as the host's random
+  /// weights, not the same values; an 8B model is never built on the host).
+  bool random_weights_on_device = false;
+  /// CUDA: time the attention of every prompt pass with CUDA events (RoPE, the KV-cache store
+  /// and the attention kernel of every layer), for Backend::last_prefill_attention_seconds().
+  bool time_prefill_attention = false;
 };
 
 struct MemoryReport {
   int64_t resident_weight_bytes = 0;  ///< every weight held, in its stored form
   int64_t decode_weight_bytes = 0;    ///< weights read to generate one token
   int64_t kv_cache_bytes = 0;
+  /// CUDA: bytes the backend allocated on the device (weights, KV cache, activations,
+  /// workspaces); 0 on the CPU.
+  int64_t device_allocated_bytes = 0;
+  /// CUDA: peak device memory in use, above what was in use when the backend started
+  /// (cudaMemGetInfo, sampled after loading and after every prompt; includes cuBLAS's and
+  /// nibble's split-K workspaces, and anything else on the GPU at the time); 0 on the CPU.
+  int64_t device_peak_bytes = 0;
 };
 
 class Backend {
@@ -61,10 +82,14 @@ class Backend {
   virtual MemoryReport memory() const = 0;
   /// A line per kind of layer: its mode and bytes (for `nibble info` and reports).
   virtual std::string describe() const = 0;
+  /// Seconds the last prompt (a forward call of several tokens) spent in attention, when the
+  /// backend measures it (CUDA with BackendOptions::time_prefill_attention); < 0 otherwise.
+  virtual double last_prefill_attention_seconds() const { return -1.0; }
 };
 
-/// A backend for `device` ("cpu"; "cuda" reports that it is not implemented yet), loading the
-/// weights from `files.weights` tensor by tensor.
+/// A backend for `device` ("cpu", "cuda" or "cuda:N"), loading the weights from
+/// `files.weights` tensor by tensor. "cuda" in a build without the CUDA backend throws
+/// nibble::Error(unsupported).
 std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& files,
                                       const BackendOptions& options);
 

@@ -22,6 +22,9 @@
 #include "llm/backend.h"
 #include "llm/model_files.h"
 #include "nibble/formats.h"
+#if NIBBLE_WITH_CUDA
+#include "llm/cuda/cuda_backend.h"
+#endif
 #include "nibble/numeric.h"
 
 namespace nibble::llm {
@@ -362,12 +365,27 @@ std::unique_ptr<BlockRunner> make_cpu_block_runner(ModelFiles& files,
 std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& files,
                                       const BackendOptions& options) {
   if (device == "cpu") return std::make_unique<CpuBackend>(files, options);
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
-    detail::fail(
-        ErrorCode::unsupported,
-        "nibble::llm: the CUDA backend of the runner is not implemented yet (use --device cpu)");
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    int ordinal = 0;
+    if (device != "cuda") {
+      const std::string digits = device.substr(5);
+      if (digits.empty() || digits.size() > 4 ||
+          digits.find_first_not_of("0123456789") != std::string::npos)
+        detail::fail(ErrorCode::invalid_argument,
+                     "nibble::llm: device '" + device + "' is not cuda or cuda:N");
+      ordinal = std::stoi(digits);
+    }
+#if NIBBLE_WITH_CUDA
+    return make_cuda_backend(files, options, ordinal);
+#else
+    (void)ordinal;
+    detail::fail(ErrorCode::unsupported,
+                 "nibble::llm: this build of nibble has no CUDA backend (it was configured "
+                 "without a CUDA compiler); use --device cpu");
+#endif
+  }
   detail::fail(ErrorCode::invalid_argument,
-               "nibble::llm: unknown device '" + device + "' (cpu, cuda)");
+               "nibble::llm: unknown device '" + device + "' (cpu, cuda, cuda:N)");
 }
 
 }  // namespace nibble::llm

@@ -232,6 +232,8 @@ class RandomSource final : public WeightSource {
     return "random weights (seed " + std::to_string(seed_) + "; not a trained model)";
   }
 
+  std::optional<uint64_t> random_seed() const override { return seed_; }
+
  private:
   ModelConfig c_;
   uint64_t seed_;

@@ -55,6 +55,9 @@ class WeightSource {
   /// The stored weights of a pre-quantized `name` (n, padded_k(format, k)), checked against
   /// the format's buffer shapes and dtypes.
   virtual QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k);
+  /// The seed of a random-weights source (random_model), whose weights a backend may generate
+  /// on its device instead of loading them; nullopt for every real model.
+  virtual std::optional<uint64_t> random_seed() const { return std::nullopt; }
 };
 
 /// Weights held in memory under the canonical names: float tensors, and block linears already

@@ -541,7 +541,7 @@ TEST(ValidateLinear, EveryErrorPathWithPackedWeights) {
       {"w.version 2", [](PackedLinearArgs& x) { x.w.version = 2; }, kInvalid, "w",
        "use pack_weight"},
       {"w.format u4_asym", [](PackedLinearArgs& x) { x.w.format.scheme = WeightScheme::u4_asym; },
-       kInvalid, "w.format", "must be s4_sym or s4_two_level"},
+       kInvalid, "w.format", "must be a scheme that layout w4_mma_k128 holds"},
       {"w.n_pad inconsistent", [](PackedLinearArgs& x) { x.w.n_pad = 16; }, kInvalid, "w",
        "inconsistent sizes"},
       {"w.k not a multiple of 32", [](PackedLinearArgs& x) { x.w.k = 240; }, kInvalid, "w.k",

@@ -105,8 +105,9 @@ def test_packed_weights_need_int8_activations(rng):
     p = nibble.pack_weight(nibble.quantize_weight(normal(rng, (8, 128)), "w4_pc"))
     with pytest.raises(nibble.InvalidArgumentError, match=r"'a.scheme' must be s8_per_token"):
         nibble.linear(nibble.quantize_activation(x, "s4_per_token"), p)
-    with pytest.raises(nibble.UnsupportedError, match=r"must be s4_sym or s4_two_level"):
-        nibble.pack_weight(nibble.quantize_weight(normal(rng, (8, 128)), "w8_pc"))
+    with pytest.raises(nibble.UnsupportedError,
+                       match=r"'w.format' must be a weight scheme that layout w4_mma_k128 holds"):
+        nibble.pack_weight(nibble.quantize_weight(normal(rng, (8, 128)), "w8_pc"), "w4_mma_k128")
 
 
 @pytest.mark.skipif(have_cuda(), reason="checks the CPU-only / no-GPU message")

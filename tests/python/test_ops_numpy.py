@@ -239,6 +239,32 @@ def test_packed_linear_on_cpu_equals_logical(rng, fmt, k, m):
     np.testing.assert_array_equal(nibble.linear(a, p, bias), nibble.linear(a, qw, bias))
 
 
+@pytest.mark.parametrize("fmt,k", [("w4a16_pc", 352), ("w4a16_g128", 384),
+                                   ("w4a16_g64_asym", 320), ("w4a16_g32_fzp", 416),
+                                   ("w8a16", 200)])
+@pytest.mark.parametrize("m", [1, 3, 17])
+def test_packed_weight_only_linear_on_cpu_equals_logical(rng, fmt, k, m):
+    n = 21
+    lf = nibble.linear_format(fmt)
+    layout = nibble.packed_layout(lf)
+    assert layout == ("w8_mma16_k128" if lf.weight.scheme == "s8_sym" else "w4_mma16_k128")
+    assert lf.packable(k)
+    x = normal(rng, (m, k))
+    qw = nibble.quantize_weight(normal(rng, (n, k)), fmt)
+    p = nibble.pack_weight(qw, layout)
+    assert (p.layout, p.n_pad, p.k_pad) == (layout, 24, -(-k // 128) * 128)
+    assert (p.zeros is not None) == (lf.weight.scheme in ("u4_asym", "u4_fzp"))
+    bias = normal(rng, (n,))
+    np.testing.assert_array_equal(nibble.linear(x, p, bias), nibble.linear(x, qw, bias))
+
+
+def test_packed_layout_names():
+    assert nibble.packed_layout("w4a8_g128") == "w4_mma_k128"
+    assert nibble.packed_layout("w4a16_g128_asym") == "w4_mma16_k128"
+    assert nibble.packed_layout("w8a16") == "w8_mma16_k128"
+    assert nibble.packed_layout("w8a8") is None
+
+
 def test_pack_weight_is_a_bijection_on_the_values(rng):
     n, k = 9, 160
     qw = nibble.quantize_weight(normal(rng, (n, k)), "w4_g32")

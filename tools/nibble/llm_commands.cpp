@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -22,13 +23,17 @@ namespace nibble::cli {
 namespace {
 
 using llm::BackendOptions;
+using llm::ModelConfig;
 using llm::ModelFiles;
 
 const std::vector<std::string> kModelOptions = {
-    "format",         "prefill-format", "decode-format", "device", "threads",    "ctx-size",
-    "random-weights", "arch",           "seed",          "layers", "head-format"};
+    "format", "prefill-format", "decode-format", "device", "threads",     "ctx-size",
+    "random-weights", "arch", "seed", "layers", "head-format", "no-cuda-graph",
+    "no-fused-quant"};
 
 double mib(int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+bool is_cuda(const Args& a) { return a.get("device", "cpu").rfind("cuda", 0) == 0; }
 
 [[noreturn]] void usage_error(const std::string& cmd, const std::string& msg) {
   throw Error(ErrorCode::invalid_argument, "nibble " + cmd + ": " + msg);
@@ -95,7 +100,19 @@ BackendOptions backend_options(const Args& a, const std::string& format) {
   o.threads = static_cast<int>(a.get_int("threads", 0));
   o.max_context = a.get_int("ctx-size", 0);
   o.max_layers = a.get_int("layers", 0);
+  // The GPU makes --random-weights itself (an 8B model is never built on the host) and
+  // captures its decode step as a CUDA graph unless told not to.
+  o.random_weights_on_device = is_cuda(a) && a.has("random-weights");
+  o.cuda_graph = !a.has("no-cuda-graph");
+  o.fuse_activation_quant = !a.has("no-fused-quant");
   return o;
+}
+
+// One untimed run of the prompt and a token, so that first-use costs (loading kernel modules,
+// cuBLAS heuristics for the prompt's shapes) stay out of the measured TTFT on the GPU.
+void warm_up(llm::Backend& be, const std::vector<int32_t>& prompt) {
+  if (be.device() == "cpu") return;
+  llm::generate(be, prompt, 2, llm::SamplingOptions{});
 }
 
 double get_double(const Args& a, const std::string& name, double fallback) {
@@ -159,7 +176,7 @@ class TextStream {
 
 struct Row {
   std::string format;
-  double ttft_ms, decode_tps, size_mib, rss_mib, peak_mib, gbps;
+  double ttft_ms, decode_tps, size_mib, rss_mib, peak_mib, gbps, gpu_peak_mib;
   int64_t prompt_tokens, new_tokens;
 };
 
@@ -183,6 +200,10 @@ int run_model_info(int argc, char** argv) {
     std::printf("memory:    weights %.1f MiB (%.1f MiB read per token), KV cache %.1f MiB\n",
                 mib(mem.resident_weight_bytes), mib(mem.decode_weight_bytes),
                 mib(mem.kv_cache_bytes));
+    if (mem.device_allocated_bytes > 0)
+      std::printf("GPU:       %.1f MiB allocated by the backend, peak %.1f MiB in use above the "
+                  "idle context\n",
+                  mib(mem.device_allocated_bytes), mib(mem.device_peak_bytes));
   }
   return 0;
 }
@@ -236,6 +257,7 @@ int run_generate(int argc, char** argv) {
     const double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     m.weights.reset();  // the backend holds its own converted weights
+    warm_up(*be, prompt);
     if (!quiet) {
       std::fprintf(stderr, "%s | %s | loaded in %.1f s\n%s", m.config.describe().c_str(),
                    m.path.c_str(), load_s, be->describe().c_str());
@@ -279,18 +301,237 @@ int run_generate(int argc, char** argv) {
         {format, r.ttft_seconds * 1e3, r.decode_tokens_per_second(), mib(mem.resident_weight_bytes),
          mib(rss.current_bytes), mib(rss.peak_bytes),
          static_cast<double>(mem.decode_weight_bytes) * r.decode_tokens_per_second() / 1e9,
-         static_cast<int64_t>(prompt.size()), static_cast<int64_t>(r.tokens.size())});
+         mib(mem.device_peak_bytes), static_cast<int64_t>(prompt.size()),
+         static_cast<int64_t>(r.tokens.size())});
   }
-  std::printf("\n%-22s %9s %9s %10s %10s %11s %9s %9s\n", "format", "prompt", "new", "TTFT ms",
-              "decode t/s", "weights MiB", "RSS MiB", "wGB/s");
-  for (const Row& r : rows)
-    std::printf("%-22s %9lld %9lld %10.1f %10.2f %11.1f %9.0f %9.2f\n", r.format.c_str(),
+  const bool gpu = is_cuda(a);
+  std::printf("\n%-22s %9s %9s %10s %10s %11s %9s %9s%s\n", "format", "prompt", "new", "TTFT ms",
+              "decode t/s", "weights MiB", "RSS MiB", "wGB/s", gpu ? "  GPU peak MiB" : "");
+  for (const Row& r : rows) {
+    std::printf("%-22s %9lld %9lld %10.1f %10.2f %11.1f %9.0f %9.2f", r.format.c_str(),
                 static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.new_tokens),
                 r.ttft_ms, r.decode_tps, r.size_mib, r.rss_mib, r.gbps);
+    if (gpu) std::printf(" %13.0f", r.gpu_peak_mib);
+    std::printf("\n");
+  }
   std::printf(
       "device %s; peak RSS of the process %.0f MiB; wGB/s = weight bytes read per token × "
-      "decode tokens/s\n",
-      a.get("device", "cpu").c_str(), rows.empty() ? 0.0 : rows.back().peak_mib);
+      "decode tokens/s%s\n",
+      a.get("device", "cpu").c_str(), rows.empty() ? 0.0 : rows.back().peak_mib,
+      gpu ? "; weights = model size on the GPU; GPU peak = device memory in use above the idle "
+            "context (cudaMemGetInfo); TTFT after one untimed warm-up run"
+          : "");
+  return 0;
+}
+
+namespace {
+
+std::string json_escape(const std::string& v) {
+  std::string out;
+  for (const char ch : v) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+      continue;
+    }
+    out += ch;
+  }
+  return out;
+}
+
+std::string today_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct BenchRun {
+  std::string entry, prefill, decode, head;
+  double load_s = 0, ttft_ms = 0, prefill_ms = 0, attention_ms = -1;
+  double decode_tps = 0, decode_tps_short = 0;
+  int64_t new_tokens = 0, new_tokens_short = 0;
+  llm::MemoryReport mem;
+};
+
+}  // namespace
+
+int run_bench_model(int argc, char** argv) {
+  const Invocation inv = parse("bench-model", argc, argv,
+                               {"prompt-len", "short-prompt-len", "n", "json", "commit",
+                                "head-formats"});
+  const Args& a = inv.args;
+  if (a.has("prefill-format") || a.has("decode-format") || a.has("head-format"))
+    usage_error("bench-model",
+                "give strategies as PREFILL:DECODE entries of --format and heads with "
+                "--head-formats");
+  const std::vector<std::string> entries = split_list(a.get("format", "bf16,w4a8_pc,w4a8_g128"));
+  const std::vector<std::string> heads = split_list(a.get("head-formats", "bf16"));
+  if (entries.empty() || heads.empty()) usage_error("bench-model", "no formats to run");
+  const std::string device = a.get("device", "cuda");
+  const int64_t prompt_len = a.get_int("prompt-len", 2048);
+  const int64_t short_len = a.get_int("short-prompt-len", 16);
+  const int64_t n_new = a.get_int("n", 64);
+  if (prompt_len < 2 || short_len < 2 || n_new < 2)
+    usage_error("bench-model", "--prompt-len and --short-prompt-len need ≥ 2 tokens, -n ≥ 2");
+
+  std::vector<BenchRun> runs;
+  ModelConfig cfg;
+  std::string weights_desc, model_desc;
+  int64_t layers_run = 0;
+  for (const std::string& entry : entries) {
+    const auto colon = entry.find(':');
+    const std::string prefill = entry.substr(0, colon);
+    const std::string decode = colon == std::string::npos ? prefill : entry.substr(colon + 1);
+    for (const std::string& head_choice : heads) {
+      // "same": the output projection in the run's decode format (bf16 runs keep bf16).
+      const std::string head = head_choice == "same" ? decode : head_choice;
+      bool seen = false;
+      for (const BenchRun& r : runs) seen = seen || (r.entry == entry && r.head == head);
+      if (seen) continue;
+      BenchRun run;
+      run.entry = entry;
+      run.prefill = prefill;
+      run.decode = decode;
+      run.head = head;
+      ModelFiles m = open(inv);
+      cfg = m.config;
+      weights_desc = m.weights->describe();
+      model_desc = m.path;
+      BackendOptions o = backend_options(a, prefill);
+      o.strategy.prefill = prefill;
+      o.strategy.decode = decode;
+      o.head_mode = head;
+      o.time_prefill_attention = true;
+      o.random_weights_on_device = device.rfind("cuda", 0) == 0 && a.has("random-weights");
+      if (o.max_context == 0) o.max_context = std::max(prompt_len, short_len) + n_new;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto be = llm::make_backend(device, m, o);
+      run.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      m.weights.reset();
+      layers_run = be->n_layers();
+      std::fprintf(stderr, "== %s (output %s): loaded in %.1f s\n%s", entry.c_str(), head.c_str(),
+                   run.load_s, be->describe().c_str());
+      auto ids = [&](int64_t len, int64_t salt) {
+        std::vector<int32_t> p;
+        for (int64_t i = 0; i < len; ++i)
+          p.push_back(static_cast<int32_t>((i * 7919 + salt) % m.config.vocab_size));
+        return p;
+      };
+      const std::vector<int32_t> long_prompt = ids(prompt_len, 1), short_prompt = ids(short_len, 3);
+      warm_up(*be, long_prompt);
+      warm_up(*be, short_prompt);
+      const llm::SamplingOptions greedy;
+      const llm::GenerateResult r = llm::generate(*be, long_prompt, n_new, greedy);
+      run.ttft_ms = r.ttft_seconds * 1e3;
+      run.prefill_ms = r.prefill_seconds * 1e3;
+      run.attention_ms = be->last_prefill_attention_seconds() * 1e3;
+      run.decode_tps = r.decode_tokens_per_second();
+      run.new_tokens = static_cast<int64_t>(r.tokens.size());
+      const llm::GenerateResult rs = llm::generate(*be, short_prompt, n_new, greedy);
+      run.decode_tps_short = rs.decode_tokens_per_second();
+      run.new_tokens_short = static_cast<int64_t>(rs.tokens.size());
+      run.mem = be->memory();
+      runs.push_back(run);
+    }
+  }
+
+  const BenchRun* base = nullptr;
+  for (const BenchRun& r : runs)
+    if (r.entry == "bf16" && r.head == "bf16") base = base ? base : &r;
+  auto gbps = [](const BenchRun& r, double tps) {
+    return static_cast<double>(r.mem.decode_weight_bytes) * tps / 1e9;
+  };
+  std::printf("\n%s | %s | %lld/%lld layers | device %s\n", model_desc.c_str(),
+              weights_desc.c_str(), static_cast<long long>(layers_run),
+              static_cast<long long>(cfg.n_layers), device.c_str());
+  std::printf("%-28s %-10s %9s %9s %8s %11s %11s %10s %10s %8s %8s\n", "format", "output",
+              "TTFT ms", "attn %", "decode", "decode t/s", "weights", "GPU peak", "wGB/s",
+              "x bf16", "TTFT x");
+  std::printf("%-28s %-10s %9s %9s %8s %11s %11s %10s %10s %8s %8s\n", "", "", "", "of prefill",
+              "t/s", "short ctx", "MiB", "MiB", "", "decode", "bf16");
+  for (const BenchRun& r : runs) {
+    const double share = r.attention_ms >= 0 && r.prefill_ms > 0 ? 100 * r.attention_ms / r.prefill_ms : -1;
+    char share_text[16] = "-";
+    if (share >= 0) std::snprintf(share_text, sizeof share_text, "%.1f", share);
+    std::printf("%-28s %-10s %9.1f %9s %8.1f %11.1f %11.1f %10.1f %10.1f", r.entry.c_str(),
+                r.head.c_str(), r.ttft_ms, share_text, r.decode_tps, r.decode_tps_short,
+                mib(r.mem.resident_weight_bytes), mib(r.mem.device_peak_bytes),
+                gbps(r, r.decode_tps_short));
+    if (base != nullptr && base->decode_tps > 0)
+      std::printf(" %8.2f %8.2f", r.decode_tps / base->decode_tps, base->ttft_ms / r.ttft_ms);
+    std::printf("\n");
+  }
+  std::printf(
+      "prompt %lld tokens (TTFT, attention share, decode t/s after it), short prompt %lld "
+      "tokens (decode t/s short ctx), %lld new tokens each; x bf16 = decode t/s / bf16's, TTFT x = "
+      "bf16 TTFT / TTFT; weights = model size on the device; GPU peak = device memory in use "
+      "above the idle context; wGB/s = weight bytes read per token × short-ctx decode t/s%s\n",
+      static_cast<long long>(prompt_len), static_cast<long long>(short_len),
+      static_cast<long long>(n_new),
+      a.has("random-weights") ? "; RANDOM WEIGHTS (not a trained model)" : "");
+
+  if (a.has("json")) {
+    std::string dev_name = device;
+    int sm_count = 0;
+    if (device.rfind("cuda", 0) == 0 && cuda_device_count() > 0) {
+      const int ordinal = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+      const DeviceInfo info = cuda_device_info(ordinal);
+      dev_name = info.name;
+      sm_count = info.sm_count;
+    }
+    const BuildInfo b = build_info();
+    std::string j = "{\n";
+    j += " \"device\": \"" + json_escape(dev_name) + "\",\n";
+    j += " \"sm_count\": " + std::to_string(sm_count) + ",\n";
+    j += " \"cuda_runtime\": \"" + json_escape(b.cuda_runtime) + "\",\n";
+    j += " \"date\": \"" + today_utc() + "\",\n";
+    j += " \"commit\": \"" + json_escape(a.get("commit", "unknown")) + "\",\n";
+    j += " \"model\": \"" + json_escape(model_desc) + "\",\n";
+    j += " \"weights\": \"" + json_escape(weights_desc) + "\",\n";
+    j += std::string(" \"random_weights\": ") + (a.has("random-weights") ? "true" : "false") + ",\n";
+    j += " \"config\": \"" + json_escape(cfg.describe()) + "\",\n";
+    j += " \"layers_run\": " + std::to_string(layers_run) + ",\n";
+    j += " \"method\": \"per format: one untimed warm-up run of each prompt, then greedy "
+         "generation of n tokens after the long prompt (TTFT, attention share from CUDA "
+         "events, decode t/s at that context) and after the short prompt (decode t/s short "
+         "ctx); decode steps replay one CUDA graph; tokens/s include the host argmax and the "
+         "logits copy\",\n";
+    j += " \"runs\": [\n";
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const BenchRun& r = runs[i];
+      char buf[2048];
+      std::snprintf(
+          buf, sizeof buf,
+          "  {\"format\": \"%s\", \"prefill_format\": \"%s\", \"decode_format\": \"%s\", "
+          "\"head_format\": \"%s\", \"prompt_len\": %lld, \"ttft_ms\": %.3f, \"prefill_ms\": "
+          "%.3f, \"attention_ms\": %s, \"decode_tok_s\": %.3f, \"short_prompt_len\": %lld, "
+          "\"decode_tok_s_short\": %.3f, \"new_tokens\": %lld, \"weight_bytes\": %lld, "
+          "\"decode_weight_bytes\": %lld, \"kv_cache_bytes\": %lld, \"allocated_gpu_bytes\": "
+          "%lld, \"peak_gpu_bytes\": %lld, \"weight_gbps\": %.3f, \"weight_gbps_short\": %.3f, "
+          "\"load_s\": %.3f}%s\n",
+          json_escape(r.entry).c_str(), json_escape(r.prefill).c_str(),
+          json_escape(r.decode).c_str(), json_escape(r.head).c_str(),
+          static_cast<long long>(prompt_len), r.ttft_ms, r.prefill_ms,
+          r.attention_ms >= 0 ? std::to_string(r.attention_ms).c_str() : "null",
+          r.decode_tps, static_cast<long long>(short_len), r.decode_tps_short,
+          static_cast<long long>(r.new_tokens),
+          static_cast<long long>(r.mem.resident_weight_bytes),
+          static_cast<long long>(r.mem.decode_weight_bytes),
+          static_cast<long long>(r.mem.kv_cache_bytes),
+          static_cast<long long>(r.mem.device_allocated_bytes),
+          static_cast<long long>(r.mem.device_peak_bytes), gbps(r, r.decode_tps),
+          gbps(r, r.decode_tps_short), r.load_s, i + 1 < runs.size() ? "," : "");
+      j += buf;
+    }
+    j += " ]\n}\n";
+    std::ofstream f(a.get("json", ""));
+    f << j;
+    if (!f) throw Error(ErrorCode::io_error, "nibble bench-model: cannot write " + a.get("json", ""));
+    std::printf("wrote %s\n", a.get("json", "").c_str());
+  }
   return 0;
 }
 

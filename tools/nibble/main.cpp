@@ -165,7 +165,13 @@ void usage() {
       "       [--prefill-format F --decode-format F] [--device cpu|cuda] [--temperature T]\n"
       "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx-size N] [--ids]\n"
       "       [--random-weights --arch llama3-8b|smollm2-135m [--layers L]]\n"
+      "       [--head-format bf16|FMT] [--no-cuda-graph] [--no-fused-quant]   (the last three: GPU)\n"
       "                       generate text; prints TTFT, decode tokens/s, sizes, memory\n"
+      "  bench-model (MODEL | --random-weights --arch A) [--format bf16,w4a8_pc,P:D,...]\n"
+      "       [--head-formats bf16,same] [--prompt-len 2048] [--short-prompt-len 16] [-n 64]\n"
+      "       [--device cuda] [--json FILE] [--commit SHA]\n"
+      "                       every format in one process: TTFT, attention share of the\n"
+      "                       prefill, decode tokens/s, GPU size and peak memory, weight GB/s\n"
       "  perplexity MODEL --text FILE [--format FMT] [--ctx 512] [--max-tokens N]\n"
       "                       perplexity of a text in non-overlapping windows\n"
       "  tokenize MODEL (--text TEXT | --file FILE) [--no-bos]\n"
@@ -207,6 +213,7 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") return run_tokenize(argc, argv);
     if (cmd == "quantize-model") return run_quantize_model(argc, argv);
     if (cmd == "quantize") return run_quantize(argc, argv);
+    if (cmd == "bench-model") return run_bench_model(argc, argv);
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);
     if (cmd == "layout") return run_layout(parse_args(argc, argv, 2, {"print"}));

@@ -8,8 +8,8 @@ records it. Shapes: x (M, K) with a contiguous last dimension; weights as in
 
   torch.ops.nibble.quantize_activation(x, scheme, scale) -> (q, scales)
   torch.ops.nibble.linear(x, q, scales, zeros, group_scales, bias, format, act_scale) -> y
-  torch.ops.nibble.linear_packed(x, q, scales, group_params, bias, format, n, k, n_pad,
-                                 k_pad, act_scale) -> y
+  torch.ops.nibble.linear_packed(x, q, scales, group_params, zeros, bias, format, layout, n, k,
+                                 n_pad, k_pad, act_scale) -> y
   torch.ops.nibble.gemm_s32(a, w, a_dtype, w_dtype) -> d
 
 CUDA-graph note: the W4A8 tensor-core kernel keeps a split-K workspace per (device, stream) that
@@ -116,22 +116,26 @@ def _(x, q, scales, zeros, group_scales, bias, format, act_scale):
 # ---- linear (packed weights) ---------------------------------------------------------------------
 @torch.library.custom_op("nibble::linear_packed", mutates_args=())
 def linear_packed(x: Tensor, q: Tensor, scales: Tensor, group_params: Optional[Tensor],
-                  bias: Optional[Tensor], format: str, n: int, k: int, n_pad: int, k_pad: int,
-                  act_scale: float) -> Tensor:
-    """Same as nibble::linear with weights packed by nibble.pack_weight (layout w4_mma_k128,
-    W4A8 formats): on CUDA the tensor-core kernel."""
+                  zeros: Optional[Tensor], bias: Optional[Tensor], format: str, layout: str,
+                  n: int, k: int, n_pad: int, k_pad: int, act_scale: float) -> Tensor:
+    """Same as nibble::linear with weights packed by nibble.pack_weight in `layout`: W4A8
+    (w4_mma_k128; x quantized per the format first) or W4A16 / W8A16 (w4_mma16_k128,
+    w8_mma16_k128; x bf16/f16 used as it is). On CUDA the tensor-core kernels."""
     lf = linear_format(format)
     s = _stream(x)
-    a, _, _ = _quantize(x, lf.act, act_scale, s)
-    w = ("w4_mma_k128", 1, lf.weight.name, True, n, k, n_pad, k_pad, arg(q, "u8"),
-         arg(scales, "f32"), arg(group_params, "u8"))
+    w = (layout, 1, lf.weight.name, True, n, k, n_pad, k_pad, arg(q, "u8"),
+         arg(scales, "f32"), arg(group_params, "u8"), arg(zeros, "f32"))
     out = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
-    _C.linear_packed(a, w, arg(bias), out, s)
+    if lf.weight_only:
+        _C.linear_packed_a16(arg(x), w, arg(bias), out, s)
+    else:
+        a, _, _ = _quantize(x, lf.act, act_scale, s)
+        _C.linear_packed(a, w, arg(bias), out, s)
     return out
 
 
 @linear_packed.register_fake
-def _(x, q, scales, group_params, bias, format, n, k, n_pad, k_pad, act_scale):
+def _(x, q, scales, group_params, zeros, bias, format, layout, n, k, n_pad, k_pad, act_scale):
     return x.new_empty((x.shape[0], n))
 
 

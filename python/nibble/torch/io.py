@@ -80,8 +80,9 @@ def load_quantized(model: nn.Module, path: str, *,
         qw = ops.QuantizedWeight(lf.weight.name, info["out_features"], info["in_features"],
                                  **bufs)
         bias = tensors.pop(f"{name}.bias", None)
+        w = getattr(old, "weight", None)
         new = QuantizedLinear(qw, lf, bias, act_scale=info["act_scale"], device=target,
-                              layout=layout)
+                              layout=layout, act_dtype=None if w is None else w.dtype)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
     meta_params = any(p.device.type == "meta" for p in model.parameters())

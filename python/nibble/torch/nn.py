@@ -12,7 +12,7 @@ from ..formats import LinearFormat, linear_format
 from . import _ops  # noqa: F401  (registers torch.ops.nibble.*)
 
 _FIELDS = ("q", "scales", "zeros", "group_scales")
-_PACKED_FIELDS = ("q", "scales", "group_params")
+_PACKED_FIELDS = ("q", "scales", "group_params", "zeros")
 
 
 def _packed_kernel_available(device: torch.device) -> bool:
@@ -33,15 +33,19 @@ class QuantizedLinear(nn.Module):
     Storage (``layout``): ``"logical"`` keeps the format's canonical buffers as module buffers
     (``weight_q``, ``weight_scales``, ``weight_zeros``, ``weight_group_scales``);
     ``"packed"`` keeps the kernel layout of ``nibble.pack_weight`` (``packed_q``,
-    ``packed_scales``, ``packed_group_params``) on the device, for the W4A8 tensor-core kernels,
-    and the logical buffers on the host for saving; ``"auto"`` (default) packs on a CUDA device
-    of compute capability ≥ 8.0 when the format has a packed layout (W4A8, K % 32 == 0). Either
-    way ``state_dict()`` holds the logical buffers, so saving and loading round-trip bit-exactly.
+    ``packed_scales``, ``packed_group_params``, ``packed_zeros``) on the device, for the
+    tensor-core kernels, and the logical buffers on the host for saving; ``"auto"`` (default)
+    packs on a CUDA device of compute capability ≥ 8.0 when the format has a packed layout
+    (W4A8 with K % 32 == 0; W4A16 / W8A16 with K % 8 == 0 when ``act_dtype`` — the layer's
+    dtype in `from_linear` — is bf16 or f16, since those kernels take 16-bit activations).
+    Either way ``state_dict()`` holds the logical buffers, so saving and loading round-trip
+    bit-exactly.
     """
 
     def __init__(self, weight: ops.QuantizedWeight, format: Union[str, LinearFormat],
                  bias: Optional[Tensor] = None, *, act_scale: Optional[float] = None,
-                 device: Union[str, torch.device, None] = None, layout: str = "auto"):
+                 device: Union[str, torch.device, None] = None, layout: str = "auto",
+                 act_dtype: Optional[torch.dtype] = None):
         super().__init__()
         lf = format if isinstance(format, LinearFormat) else linear_format(format)
         if lf.weight.name != weight.weight_format.name:
@@ -57,8 +61,11 @@ class QuantizedLinear(nn.Module):
         self.act_scale = float(act_scale) if lf.static else None
         device = torch.device(device) if device is not None else weight.q.device
         if layout == "auto":
+            # The weight-only kernels take bf16/f16 activations as they are: pack those only
+            # when the activations are known to be 16-bit (from_linear: the layer's dtype).
+            sixteen = act_dtype in (torch.bfloat16, torch.float16)
             layout = ("packed" if lf.packable(weight.k) and _packed_kernel_available(device)
-                      else "logical")
+                      and (sixteen or not lf.weight_only) else "logical")
         elif layout == "packed" and not lf.packable(weight.k):
             raise ValueError(f"{lf.name} with K = {weight.k} has no packed layout")
         self.layout = layout
@@ -79,7 +86,7 @@ class QuantizedLinear(nn.Module):
             w = w.float()
         qw = ops.quantize_weight(w.contiguous(), lf.weight)
         return cls(qw, lf, linear.bias, act_scale=act_scale, device=linear.weight.device,
-                   layout=layout)
+                   layout=layout, act_dtype=linear.weight.dtype)
 
     def _set_weight(self, logical: Dict[str, Optional[Tensor]], device: torch.device):
         logical = {f: None if t is None else t.detach() for f, t in logical.items()}
@@ -87,8 +94,9 @@ class QuantizedLinear(nn.Module):
             self._logical = {f: None if t is None else t.to("cpu") for f, t in logical.items()}
             qw = ops.QuantizedWeight(self._lf.weight.name, self.out_features, self.in_features,
                                      **self._logical)
-            p = ops.pack_weight(qw)
+            p = ops.pack_weight(qw, ops.packed_layout(self._lf))
             self._packed_sizes = (p.n_pad, p.k_pad)
+            self._packed_layout = p.layout
             for f in _PACKED_FIELDS:
                 t = getattr(p, f)
                 self.register_buffer("packed_" + f, None if t is None else t.to(device),
@@ -117,10 +125,15 @@ class QuantizedLinear(nn.Module):
             x2 = x2.contiguous()
         scale = self.act_scale or 0.0
         if self.layout == "packed":
+            if self._lf.weight_only and x2.dtype not in (torch.bfloat16, torch.float16):
+                raise ValueError(f"{self.format} packed for the 16-bit tensor cores needs bf16 "
+                                 f"or f16 input, got {x2.dtype}; build the layer with "
+                                 "layout='logical' for float32 input")
             n_pad, k_pad = self._packed_sizes
             y = torch.ops.nibble.linear_packed(
-                x2, self.packed_q, self.packed_scales, self.packed_group_params, self.bias,
-                self.format, self.out_features, self.in_features, n_pad, k_pad, scale)
+                x2, self.packed_q, self.packed_scales, self.packed_group_params,
+                self.packed_zeros, self.bias, self.format, self._packed_layout,
+                self.out_features, self.in_features, n_pad, k_pad, scale)
         else:
             y = torch.ops.nibble.linear(
                 x2, self.weight_q, self.weight_scales, self.weight_zeros,

@@ -55,4 +55,26 @@ __device__ __forceinline__ void store_float(void* base, DType dtype, int64_t i, 
   }
 }
 
+/// Stores two adjacent outputs i, i+1 (the second only if `two`); an aligned pair goes out as
+/// one 2-element vector store.
+__device__ __forceinline__ void store_float_pair(void* base, DType dtype, int64_t i, float v0,
+                                                 float v1, bool two) {
+  if (two && i % 2 == 0) {
+    switch (dtype) {
+      case DType::bf16:
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + i) =
+            __floats2bfloat162_rn(v0, v1);
+        return;
+      case DType::f16:
+        *reinterpret_cast<__half2*>(static_cast<__half*>(base) + i) = __floats2half2_rn(v0, v1);
+        return;
+      default:
+        *reinterpret_cast<float2*>(static_cast<float*>(base) + i) = make_float2(v0, v1);
+        return;
+    }
+  }
+  store_float(base, dtype, i, v0);
+  if (two) store_float(base, dtype, i + 1, v1);
+}
+
 }  // namespace nibble::cuda

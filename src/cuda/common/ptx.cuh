@@ -64,6 +64,30 @@ __device__ __forceinline__ void mma_s8_16832(int32_t (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/// D = A·B + D with bf16 (or f16, kF16) operands and f32 accumulators, m16n8k16, A row-major,
+/// B column-major. Each register holds two 16-bit values, the lower k in the low half
+/// (g = lane/4, c = lane%4):
+///   a[0]: row g, k 2c..2c+1   a[1]: row g+8, k 2c..2c+1   a[2]: row g, k 8+2c..   a[3]: row g+8, k 8+2c..
+///   b[0]: col g, k 2c..2c+1   b[1]: col g, k 8+2c..8+2c+1
+///   d[0..1]: row g, cols 2c, 2c+1   d[2..3]: row g+8, cols 2c, 2c+1
+template <bool kF16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[2]) {
+  if constexpr (kF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
 /// 32-bit shared-memory load.
 __device__ __forceinline__ uint32_t lds32(const void* smem) {
   uint32_t v;

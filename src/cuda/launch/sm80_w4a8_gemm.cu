@@ -177,7 +177,7 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   int splits = 1;
   if (tiles < sm_count) {
     const int want = (2 * sm_count + tiles - 1) / tiles;
-    splits = std::clamp(std::min(want, kblocks / 4), 1, 16);  // 16: the kernel's kMaxSplits
+    splits = std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK);
   }
   int per_split = (kblocks + splits - 1) / splits;
   per_split = (per_split + align - 1) / align * align;

@@ -47,11 +47,13 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
+#include "cuda/common/split_k.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
 
@@ -111,29 +113,6 @@ struct W4A8GemmConfig {
 };
 
 namespace detail {
-
-// Stores two adjacent outputs (cols c, c+1 of one row); the second only if it is inside N.
-// Aligned pairs go out as one 2-element vector store; the rest through the shared scalar store.
-__device__ __forceinline__ void store_pair(const W4A8GemmParams& p, int row, int col, float v0,
-                                           float v1, bool two) {
-  const int64_t i = int64_t(row) * p.ldd + col;
-  if (two && i % 2 == 0) {
-    switch (p.d_dtype) {
-      case DType::bf16:
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.d) + i) =
-            __floats2bfloat162_rn(v0, v1);
-        return;
-      case DType::f16:
-        *reinterpret_cast<__half2*>(static_cast<__half*>(p.d) + i) = __floats2half2_rn(v0, v1);
-        return;
-      default:
-        *reinterpret_cast<float2*>(static_cast<float*>(p.d) + i) = make_float2(v0, v1);
-        return;
-    }
-  }
-  store_float(p.d, p.d_dtype, i, v0);
-  if (two) store_float(p.d, p.d_dtype, i + 1, v1);
-}
 
 /// The output value of one element before conversion: s_a · (s_w · acc) per channel and
 /// two-level, s_a · Σ_g per group (that sum is accumulated with FMA, so it differs from the
@@ -330,7 +309,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
   const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
   if (p.splits > 1) {
-    __shared__ int is_last;
     auto* slot = static_cast<uint32_t*>(p.workspace) + int64_t(blockIdx.z) * p.m * p.n;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -344,50 +322,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                                  ? __float_as_uint(facc[mt][nt][e])
                                                  : uint32_t(acc[mt][nt][e]);
         }
-    __threadfence();  // partials visible device-wide before the counter says so
-    __syncthreads();
-    const int tile_id = tile_m * tiles_n + tile_n;
-    if (tid == 0) is_last = atomicAdd(&p.counters[tile_id], 1) == p.splits - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    // Coalesced and latency-tolerant: each thread takes 4 consecutive columns of one tile row and
-    // issues the loads of every split before summing them in split order (deterministic), so a
-    // pass waits for one round trip to L2 instead of one per split.
-    constexpr int kVec = 4, kMaxSplits = 16;  // plan_sm80_w4a8 never makes more than 16 splits
-    const auto* all = static_cast<const uint32_t*>(p.workspace);
-    for (int base = tid * kVec; base < BM * BN; base += Cfg::kThreads * kVec) {
-      const int row = m0 + base / BN, col0 = n0 + base % BN;
-      if (row >= p.m || col0 >= p.n) continue;
-      uint32_t part[kMaxSplits][kVec];
-#pragma unroll
-      for (int s = 0; s < kMaxSplits; ++s)
-#pragma unroll
-        for (int v = 0; v < kVec; ++v)
-          if (s < p.splits && col0 + v < p.n)
-            part[s][v] = __ldcg(all + (int64_t(s) * p.m + row) * p.n + col0 + v);
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        const int col = col0 + v;
-        if (col >= p.n) break;
-        int32_t isum = 0;
-        float fsum = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kMaxSplits; ++s) {
-          if (s >= p.splits) break;
-          if constexpr (EPI == W4A8Epilogue::group) fsum += __uint_as_float(part[s][v]);
-          else isum += int32_t(part[s][v]);
-        }
-        isum >>= Cfg::kAccShift;  // the split sums are multiples of 2^shift: exact
-        if constexpr (EPI == W4A8Epilogue::s32) {
-          static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = isum;
-        } else {
-          const float out = detail::finish<EPI>(p, row, col, isum, fsum);
-          detail::store_pair(p, row, col, out, 0.0f, false);
-        }
-      }
-    }
-    if (tid == 0) p.counters[tile_id] = 0;  // ready for the next launch
+    int* counter = &p.counters[tile_m * tiles_n + tile_n];
+    if (!split_k_arrive_last(counter, p.splits)) return;
+    using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
+    split_k_sum<Sum, BM, BN, Cfg::kThreads>(
+        p.workspace, counter, p.splits, p.m, p.n, m0, n0, [&](int row, int col, Sum sum) {
+          if constexpr (EPI == W4A8Epilogue::s32) {
+            // the split sums are multiples of 2^shift: exact
+            static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> Cfg::kAccShift;
+          } else if constexpr (EPI == W4A8Epilogue::group) {
+            store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
+                        detail::finish<EPI>(p, row, col, 0, sum));
+          } else {
+            store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
+                        detail::finish<EPI>(p, row, col, sum >> Cfg::kAccShift, 0.0f));
+          }
+        });
     return;
   }
 
@@ -418,7 +368,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           const float v0 = detail::finish<EPI>(p, row, col, i0, facc_of(mt, nt, half * 2));
           const float v1 =
               two ? detail::finish<EPI>(p, row, col + 1, i1, facc_of(mt, nt, half * 2 + 1)) : 0.0f;
-          detail::store_pair(p, row, col, v0, v1, two);
+          store_float_pair(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v0, v1, two);
         }
       }
     }

@@ -1,0 +1,69 @@
+// Deterministic split-K completion, shared by the split-K GEMM kernels (sm80_w4a8_gemm,
+// sm80_weight_only_gemm).
+//
+// Each CTA of a split tile parks its partial tile (4-byte values, int32 or f32) in its own
+// workspace slot s — slot s is the (M, N) row-major matrix at workspace + s·M·N — and arrives at
+// the tile's counter. The last CTA to arrive sums the slots in split order (so the result does not
+// depend on which CTA finished when), runs the epilogue, and resets the counter to zero for the
+// next launch. Workspaces come from cuda/launch/split_k_workspace.h.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace nibble::cuda {
+
+/// The most splits split_k_sum handles (the launchers' plans never make more).
+constexpr int kMaxSplitK = 16;
+
+/// Call with every thread of the CTA after its partial tile is stored. True, in every thread, in
+/// the CTA that arrived last; its loads then see every other CTA's partials.
+__device__ __forceinline__ bool split_k_arrive_last(int* counter, int splits) {
+  __shared__ int is_last;
+  __threadfence();  // this CTA's partials visible device-wide before the counter says so
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  const bool last = is_last != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+/// In the last CTA: finish(row, col, Σ_s slot_s[row, col]) for every element of the BM×BN tile at
+/// (m0, n0) inside (M, N), summed in split order as `T` (int32_t or float); then resets the
+/// counter. Coalesced and latency-tolerant: each thread takes 4 consecutive columns of one tile
+/// row and issues the loads of every split before summing them, so a pass waits for one round
+/// trip to L2 instead of one per split.
+template <class T, int BM, int BN, int kThreads, class Finish>
+__device__ __forceinline__ void split_k_sum(const void* workspace, int* counter, int splits, int M,
+                                            int N, int m0, int n0, Finish&& finish) {
+  constexpr int kVec = 4;
+  const auto* all = static_cast<const uint32_t*>(workspace);
+  for (int base = threadIdx.x * kVec; base < BM * BN; base += kThreads * kVec) {
+    const int row = m0 + base / BN, col0 = n0 + base % BN;
+    if (row >= M || col0 >= N) continue;
+    uint32_t part[kMaxSplitK][kVec];
+#pragma unroll
+    for (int s = 0; s < kMaxSplitK; ++s)
+#pragma unroll
+      for (int v = 0; v < kVec; ++v)
+        if (s < splits && col0 + v < N)
+          part[s][v] = __ldcg(all + (int64_t(s) * M + row) * N + col0 + v);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      const int col = col0 + v;
+      if (col >= N) break;
+      T sum = 0;
+#pragma unroll
+      for (int s = 0; s < kMaxSplitK; ++s) {
+        if (s >= splits) break;
+        if constexpr (std::is_floating_point_v<T>) sum += __uint_as_float(part[s][v]);
+        else sum += int32_t(part[s][v]);
+      }
+      finish(row, col, sum);
+    }
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,207 @@
+// Launcher of the sm80_weight_only_gemm family: the instance list, the tile choice per M bucket,
+// the split-K choice from the device's SM count, and the workspace for split-K partials.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/check.h"
+#include "common/cuda_runtime_check.h"
+#include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/sm80_weight_only_gemm.h"
+#include "cuda/launch/split_k_workspace.h"
+#include "cuda/sm80/sm80_weight_only_gemm.cuh"
+#include "nibble/device.h"
+
+namespace nibble::cuda {
+
+using sm80::WeightOnlyDequant;
+using sm80::WeightOnlyGemmParams;
+
+namespace {
+
+// Tile shapes, by M bucket. The main loop is a latency-bound chain per warp (load, convert,
+// MMA), so every tile is sized for at least 12 warps per SM (ncu on the H100: with 8 the
+// schedulers issued once per 5 cycles). Small M is a weight stream: a thin 16-row tile, 3
+// stages (bytes in flight are plenty at 3 CTAs per SM) and split-K to put every SM to work;
+// warps split N only, so no two warps dequantize the same weights. Up to 64 rows: 8 warps at
+// 2 CTAs per SM; larger M: 128×128 tiles of 16 warps (32×32 warp tiles), one CTA per SM.
+enum class Tile : int { m16, m32, m64, m128 };
+
+template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance;
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m16, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 16, 128, 1, 4, 3, 3>;
+};
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m32, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 32, 128, 2, 4, 3, 2>;
+};
+// The float-zero (fzp) dequantization keeps one more value per column live; at 128 registers
+// it spills on sm_80, so its larger tiles run 8 warps with the full register file.
+constexpr bool kFzp(WeightOnlyDequant dq) { return dq == WeightOnlyDequant::group_fzp; }
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m64, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 64, 128, 2, 4, 3, kFzp(DQ) ? 1 : 2>;
+};
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+struct Instance<Tile::m128, T, kBits, DQ, kRows> {
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 128, 128, kFzp(DQ) ? 2 : 4, 4, 3, 1>;
+};
+
+struct TileInfo {
+  int bm, bn, warps, stages, ctas_per_sm;
+};
+
+template <Tile kTile>
+TileInfo tile_info() {
+  // Every instance of a tile shares its shape; the 4-bit bf16 per-channel one stands for all.
+  using Cfg = typename Instance<kTile, __nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0>::Cfg;
+  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES, Cfg::kMinBlocks};
+}
+
+TileInfo tile_info(Tile t) {
+  switch (t) {
+    case Tile::m16: return tile_info<Tile::m16>();
+    case Tile::m32: return tile_info<Tile::m32>();
+    case Tile::m64: return tile_info<Tile::m64>();
+    case Tile::m128: return tile_info<Tile::m128>();
+  }
+  return {};
+}
+
+template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
+void launch_instance(const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
+  using Cfg = typename Instance<kTile, T, kBits, DQ, kRows>::Cfg;
+  constexpr auto kernel = sm80::sm80_weight_only_gemm_kernel<Cfg>;
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+// Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
+template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ>
+void launch_grouped(int group, const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
+  if (group == 32) return launch_instance<kTile, T, kBits, DQ, 4>(p, grid, stream);
+  if (group == 64) return launch_instance<kTile, T, kBits, DQ, 2>(p, grid, stream);
+  launch_instance<kTile, T, kBits, DQ, 1>(p, grid, stream);
+}
+
+template <Tile kTile, class T>
+void launch_typed(const WeightOnlyLaunch& l, const WeightOnlyGemmParams& p, dim3 grid,
+                  Stream stream) {
+  const int g = l.group;
+  if (l.bits == 8) {
+    if (l.dequant == WeightOnlyDequant::per_channel)
+      return launch_instance<kTile, T, 8, WeightOnlyDequant::per_channel, 0>(p, grid, stream);
+    if (l.dequant == WeightOnlyDequant::group_scale)
+      return launch_grouped<kTile, T, 8, WeightOnlyDequant::group_scale>(g, p, grid, stream);
+  } else {
+    switch (l.dequant) {
+      case WeightOnlyDequant::per_channel:
+        return launch_instance<kTile, T, 4, WeightOnlyDequant::per_channel, 0>(p, grid, stream);
+      case WeightOnlyDequant::group_scale:
+        return launch_grouped<kTile, T, 4, WeightOnlyDequant::group_scale>(g, p, grid, stream);
+      case WeightOnlyDequant::group_zero:
+        return launch_grouped<kTile, T, 4, WeightOnlyDequant::group_zero>(g, p, grid, stream);
+      case WeightOnlyDequant::group_fzp:
+        return launch_grouped<kTile, T, 4, WeightOnlyDequant::group_fzp>(g, p, grid, stream);
+    }
+  }
+  nibble::detail::fail(ErrorCode::internal, "sm80_weight_only_gemm: no instance for " +
+                                                std::to_string(l.bits) + "-bit weights with "
+                                                "dequantization " +
+                                                std::to_string(static_cast<int>(l.dequant)));
+}
+
+template <Tile kTile>
+void launch_tile(const WeightOnlyLaunch& l, const WeightOnlyGemmParams& p, dim3 grid,
+                 Stream stream) {
+  if (l.x_dtype == DType::f16) return launch_typed<kTile, __half>(l, p, grid, stream);
+  launch_typed<kTile, __nv_bfloat16>(l, p, grid, stream);
+}
+
+int log2_exact(int g) {
+  int s = 0;
+  while ((1 << s) < g) ++s;
+  return s;
+}
+
+}  // namespace
+
+WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count) {
+  WeightOnlyPlan plan;
+  plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
+  const TileInfo t = tile_info(static_cast<Tile>(plan.tile));
+  plan.bm = t.bm;
+  plan.bn = t.bn;
+  plan.stages = t.stages;
+  plan.warps = t.warps;
+  plan.tiles_m = static_cast<int>((m + t.bm - 1) / t.bm);
+  plan.tiles_n = static_cast<int>((n_pad + t.bn - 1) / t.bn);
+  const int kblocks = static_cast<int>(k_pad / 128);
+  // Split K only when the output tiles alone cannot occupy the GPU: aim for the tile's CTAs per
+  // SM and keep at least 4 K blocks (512 of K) per split. Weights are scaled in the main loop
+  // (or per channel in the epilogue), so a split may cut a group anywhere.
+  const int tiles = plan.tiles_m * plan.tiles_n;
+  const int slots = t.ctas_per_sm * sm_count;
+  int splits = 1;
+  if (tiles < slots) {
+    const int want = (slots + tiles - 1) / tiles;
+    splits = std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK);
+  }
+  const int per_split = (kblocks + splits - 1) / splits;
+  plan.splits = (kblocks + per_split - 1) / per_split;
+  plan.kblocks_per_split = per_split;
+  return plan;
+}
+
+std::string describe(const WeightOnlyPlan& plan) {
+  return "sm80_weight_only_gemm tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
+         "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
+         " stages, grid " + std::to_string(plan.tiles_n) + "x" + std::to_string(plan.tiles_m) +
+         (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                " (tiles alone would leave SMs idle)"
+                          : "");
+}
+
+void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
+  const DeviceInfo dev = cuda_device_info(l.device);
+  const WeightOnlyPlan plan =
+      plan_sm80_weight_only(l.m, l.n_pad, l.k_pad, dev.sm_count);
+  WeightOnlyGemmParams p;
+  p.x = l.x;
+  p.ldx = l.ldx;
+  p.w = static_cast<const uint8_t*>(l.w);
+  p.w_scales = l.w_scales;
+  p.w_zeros = l.w_zeros;
+  p.bias = l.bias;
+  p.bias_dtype = l.bias_dtype;
+  p.d = l.d;
+  p.ldd = l.ldd;
+  p.d_dtype = l.d_dtype;
+  p.m = static_cast<int>(l.m);
+  p.n = static_cast<int>(l.n);
+  p.k = static_cast<int>(l.k);
+  p.n_pad = static_cast<int>(l.n_pad);
+  p.kblocks = static_cast<int>(l.k_pad / 128);
+  p.group_shift = l.group > 0 ? log2_exact(l.group) : 0;
+  p.splits = plan.splits;
+  p.kblocks_per_split = plan.kblocks_per_split;
+  if (plan.splits > 1) {
+    SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
+                                           size_t(plan.tiles_m) * plan.tiles_n);
+    p.workspace = ws.partials;
+    p.counters = ws.counters;
+  }
+  const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
+  switch (static_cast<Tile>(plan.tile)) {
+    case Tile::m16: return launch_tile<Tile::m16>(l, p, grid, stream);
+    case Tile::m32: return launch_tile<Tile::m32>(l, p, grid, stream);
+    case Tile::m64: return launch_tile<Tile::m64>(l, p, grid, stream);
+    case Tile::m128: return launch_tile<Tile::m128>(l, p, grid, stream);
+  }
+}
+
+}  // namespace nibble::cuda

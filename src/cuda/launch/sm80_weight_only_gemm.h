@@ -1,0 +1,51 @@
+// Host interface of the sm80_weight_only_gemm family (kernel: cuda/sm80/sm80_weight_only_gemm.cuh):
+// W4A16 and W8A16 on 16-bit tensor cores.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nibble/types.h"
+
+namespace nibble::cuda {
+
+namespace sm80 {
+/// How the main loop turns stored unsigned integers u into 16-bit weights (see the kernel).
+///   per_channel  w = u − c exactly (c = 8 or 128), the channel scale multiplies the f32 sum
+///   group_scale  w = (u − c) · s[g]          symmetric group-wise
+///   group_zero   w = (u − z[g]) · s[g]       asymmetric, integer zero (4-bit only)
+///   group_fzp    w = (u − 8) · s[g] + z[g]   float zero, tinygemm style (4-bit only)
+enum class WeightOnlyDequant : int { per_channel, group_scale, group_zero, group_fzp };
+}  // namespace sm80
+
+/// One validated call: raw pointers of the operands (see the kernel header for layouts).
+struct WeightOnlyLaunch {
+  int device = 0;
+  DType x_dtype = DType::bf16;  ///< bf16 or f16: the tensor-core input type
+  int bits = 4;                 ///< 4 (w4_mma16_k128) or 8 (w8_mma16_k128)
+  sm80::WeightOnlyDequant dequant = sm80::WeightOnlyDequant::per_channel;
+  int group = 0;                ///< group size (0 per channel)
+  int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;
+  const void* x = nullptr;
+  int64_t ldx = 0;              ///< elements
+  const void* w = nullptr;
+  const float* w_scales = nullptr;
+  const float* w_zeros = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::f32;
+  void* d = nullptr;
+  int64_t ldd = 0;              ///< elements
+  DType d_dtype = DType::bf16;
+};
+
+/// The tile and split-K choice (depends only on the shape and the SM count).
+struct WeightOnlyPlan {
+  int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
+  int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+};
+WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count);
+std::string describe(const WeightOnlyPlan& plan);
+
+void launch_sm80_weight_only(const WeightOnlyLaunch& launch, Stream stream);
+
+}  // namespace nibble::cuda

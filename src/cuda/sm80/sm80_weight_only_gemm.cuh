@@ -1,0 +1,404 @@
+// sm80_weight_only_gemm — W4A16 and W8A16: int4 or int8 weights × bf16/f16 activations on
+// mma.sync.m16n8k16 (sm_80, sm_86, sm_89, sm_90), f32 accumulation. The Marlin class of kernel.
+//
+//   per_channel   D[m,n] = s[n] · Σ_k x[m,k]·(u[n,k] − c)                c = 8 (4-bit), 128 (8-bit)
+//   group_scale   D[m,n] = Σ_k x[m,k]·T((u − c)·s[g,n])
+//   group_zero    D[m,n] = Σ_k x[m,k]·T((u − z[g,n])·s[g,n])             (4-bit, u4_asym)
+//   group_fzp     D[m,n] = Σ_k x[m,k]·T((u − 8)·s[g,n] + z[g,n])         (4-bit, u4_fzp)
+//   (+ bias[n]; D f32, f16 or bf16; T the activations' 16-bit type, g = k / G)
+//
+// Operands
+//   x   (M, K) bf16 or f16, row-major, row pitch `ldx` elements; base 16-byte aligned, ldx and
+//       K multiples of 8.
+//   w   layout w4_mma16_k128 or w8_mma16_k128 (include/nibble/layout.h): blocks of 8 rows ×
+//       128 k, one 16-byte (4-bit) or 32-byte (8-bit) run per lane holding exactly that lane's
+//       B fragments for the block's eight k16 steps; values unsigned (u = v + 8 or v + 128).
+//   s,z f32, (N_pad) per channel or (⌈K_pad/G⌉, N_pad) per group.
+//
+// Exactness: u − c and u − z are small integers and exact in T. Group-wise, the weight is
+// rounded once to T after its scale (as in Marlin, torch's int4 mm and the AWQ/GPTQ kernels):
+// relative error ≤ 2⁻⁹ (bf16) or 2⁻¹² (f16) per weight; products and sums are f32. Per channel
+// the integer weight goes in exactly and the scale multiplies the f32 sum.
+//
+// Work split
+//   grid (N/BN, M/BM, splits); a CTA owns a BM×BN tile and a contiguous range of 128-wide K
+//   blocks; STAGES-deep cp.async ring (x tile BM×256 bytes, W tile BN×64 or BN×128 bytes, the
+//   block's group scales and zeros). Warps tile the CTA as WARPS_M × WARPS_N: MT m16 × NT n8
+//   f32 accumulator tiles each. Split-K partials are summed in split order by the tile's last
+//   CTA (cuda/common/split_k.cuh): deterministic.
+//
+//   x in shared memory: rows of 256 bytes = 16 chunks of 16; chunk c of row r is stored at
+//   c ^ (r % 8) (the XOR stays inside each 128-byte half). ldmatrix reads one chunk column of 8
+//   consecutive rows; the XOR spreads them over all 32 banks.
+//
+// Integer → 16-bit float without per-element conversion instructions (the magic-number trick):
+//   4-bit:       (word >> 4i) & 0x000F000F | MAGIC  places one nibble in the low mantissa bits of
+//                each half: bf16 0x4300 = 128.0 (ulp 1) gives 128 + u, f16 0x6400 = 1024.0 gives
+//                1024 + u. One SHF + one LOP3 per pair; then HSUB2 of (MAGIC + c) leaves u − c.
+//   8-bit f16:   PRMT the bytes under 0x64 high bytes: 1024 + u (u < 256 < 1024 ulps).
+//   8-bit bf16:  bf16 cannot hold 128 + u for u ≥ 128, so PRMT into f32 0x4B0000uu = 2²³ + u,
+//                FADD −(2²³ + c) and pack the exact pair with one F2F (|u − c| ≤ 128).
+//
+// Limitations
+//   1. mma.sync: at large M on Hopper this reaches roughly 60% of the dense bf16 peak; a wgmma
+//      variant is the prefill path there (not yet written).
+//   2. K must be a multiple of 8, rows 16-byte aligned; N and K are padded in the weight layout,
+//      M is guarded (zero-filled rows, masked stores).
+//   3. Split-K partials go through a workspace of splits·M·N·4 bytes plus one counter per tile.
+// Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaWeightOnly*'
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/element.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/raster.cuh"
+#include "cuda/common/split_k.cuh"
+#include "cuda/launch/sm80_weight_only_gemm.h"
+#include "nibble/types.h"
+
+namespace nibble::cuda::sm80 {
+
+struct WeightOnlyGemmParams {
+  const void* x = nullptr;
+  int64_t ldx = 0;                // elements
+  const uint8_t* w = nullptr;     // w4_mma16_k128 / w8_mma16_k128
+  const float* w_scales = nullptr;
+  const float* w_zeros = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::f32;
+  void* d = nullptr;
+  int64_t ldd = 0;                // elements
+  DType d_dtype = DType::bf16;
+  int m = 0, n = 0, k = 0, n_pad = 0, kblocks = 0;
+  int group_shift = 0;            // log2(G) for the group-wise dequantizations
+  int splits = 1, kblocks_per_split = 0;
+  void* workspace = nullptr;      // splits·M·N f32 partials
+  int* counters = nullptr;        // one per output tile, zero between calls
+};
+
+/// The 16-bit type's magic number: MAGIC | u (u < one ulp-count of the mantissa) is MAGIC + u.
+template <class T>
+struct Half2Magic;
+template <>
+struct Half2Magic<__nv_bfloat16> {
+  static constexpr uint32_t kBits2 = 0x43004300u;  // (128.0, 128.0)
+  static constexpr float kValue = 128.0f;
+};
+template <>
+struct Half2Magic<__half> {
+  static constexpr uint32_t kBits2 = 0x64006400u;  // (1024.0, 1024.0)
+  static constexpr float kValue = 1024.0f;
+};
+
+template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int BN_,
+          int WARPS_M_, int WARPS_N_, int STAGES_, int MIN_BLOCKS_>
+struct WeightOnlyGemmConfig {
+  using T = T_;
+  static constexpr bool kF16 = std::is_same_v<T, __half>;
+  static constexpr int kBits = kBits_;
+  static constexpr WeightOnlyDequant DQ = DQ_;
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int STAGES = STAGES_;
+  /// CTAs per SM the register budget must allow (__launch_bounds__). The main loop is a chain of
+  /// dependent loads, conversions and MMAs per warp, so the SM needs several warps per
+  /// scheduler to hide it (ncu, H100: 2 warps per scheduler issued once per 5 cycles).
+  static constexpr int kMinBlocks = MIN_BLOCKS_;
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MT = WM / 16, NT = WN / 8;
+  static constexpr int kBK = 128;                       // K elements per stage
+  static constexpr int kBlockBytes = 8 * kBK * kBits / 8;  // one 8×128 weight block
+  static constexpr int kLaneBytes = kBlockBytes / 32;   // 16 (4-bit) or 32 (8-bit)
+  static constexpr bool kGrouped = DQ != WeightOnlyDequant::per_channel;
+  static constexpr bool kHasZeros =
+      DQ == WeightOnlyDequant::group_zero || DQ == WeightOnlyDequant::group_fzp;
+  /// Groups per 128-wide K block: 1 (G ≥ 128), 2 (G = 64), 4 (G = 32); 0 per channel. A
+  /// compile-time count keeps the unrolled k16 steps free of branches.
+  static constexpr int kGroupRows = kGroupRows_;
+  static constexpr int kStepsPerGroup = kGroupRows > 0 ? 8 / kGroupRows : 8;
+  static constexpr int kGroupRowsMax = kGroupRows > 0 ? kGroupRows : 1;
+  static constexpr int kXBytes = BM * kBK * 2;
+  static constexpr int kWBytes = (BN / 8) * kBlockBytes;
+  static constexpr int kScaleRegionBytes = kGroupRowsMax * BN * 4;
+  static constexpr int kGroupBytes = kGrouped ? kScaleRegionBytes * (kHasZeros ? 2 : 1) : 0;
+  static constexpr int kStageBytes = kXBytes + kWBytes + kGroupBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  /// u − c of the symmetric encodings (u = v + 8, u = v + 128).
+  static constexpr int kCenter = kBits == 4 ? 8 : 128;
+
+  static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
+  static_assert(kGrouped == (kGroupRows > 0) && 8 % kGroupRowsMax == 0,
+                "group-wise formats need 1, 2 or 4 groups per K block; per channel none");
+  static_assert(kBits == 4 || !kHasZeros, "zero points exist for 4-bit weights only");
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
+  static_assert(kStageBytes % 128 == 0, "stage regions must stay 128-byte aligned");
+};
+
+namespace detail {
+
+__device__ __forceinline__ uint32_t as_u32(__nv_bfloat162 v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t as_u32(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+template <class T>
+__device__ __forceinline__ auto as_t2(uint32_t v) {
+  if constexpr (std::is_same_v<T, __half>) return *reinterpret_cast<__half2*>(&v);
+  else return *reinterpret_cast<__nv_bfloat162*>(&v);
+}
+
+/// (v, v) as a T pair, rounded to nearest.
+template <class T>
+__device__ __forceinline__ uint32_t splat(float v) {
+  if constexpr (std::is_same_v<T, __half>) return as_u32(__float2half2_rn(v));
+  else return as_u32(__float2bfloat162_rn(v));
+}
+
+/// The B fragment register `half` (0: k 2c..2c+1, 1: k 8+2c..) of k16 step `step` from a
+/// lane's words of the K block, as MAGIC + u pairs — except 8-bit bf16, returned as exact
+/// u − c pairs.
+template <class Cfg>
+__device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kLaneBytes / 4],
+                                             int step, int half) {
+  using T = typename Cfg::T;
+  if constexpr (Cfg::kBits == 4) {
+    // word step/2, bits [8sp + 4half, +4) and [16 + 8sp + 4half, +4): the two k of the pair.
+    const int sp = step & 1;
+    return ((words[step >> 1] >> (8 * sp + 4 * half)) & 0x000F000Fu) | Half2Magic<T>::kBits2;
+  } else if constexpr (Cfg::kF16) {
+    // bytes 2half, 2half+1 of the step's word under 0x64 high bytes
+    return __byte_perm(words[step], 0x64646464u, half == 0 ? 0x4140u : 0x4342u);
+  } else {
+    const uint32_t w = words[step];
+    const float lo = __uint_as_float(__byte_perm(w, 0x4B000000u, half == 0 ? 0x7440u : 0x7442u));
+    const float hi = __uint_as_float(__byte_perm(w, 0x4B000000u, half == 0 ? 0x7441u : 0x7443u));
+    constexpr float kBias = 8388608.0f + Cfg::kCenter;
+    return as_u32(__floats2bfloat162_rn(lo - kBias, hi - kBias));
+  }
+}
+
+}  // namespace detail
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    sm80_weight_only_gemm_kernel(const __grid_constant__ WeightOnlyGemmParams p) {
+  using ptx::cp_async_16;
+  using T = typename Cfg::T;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT, NT = Cfg::NT, STAGES = Cfg::STAGES;
+  constexpr WeightOnlyDequant DQ = Cfg::DQ;
+  constexpr int kWords = Cfg::kLaneBytes / 4;  // a lane's words of one K block
+  // 8-bit bf16 pairs come out of raw_pair already as exact u − c.
+  constexpr bool kRawIsExact = Cfg::kBits == 8 && !Cfg::kF16;
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / Cfg::WARPS_N, warp_n = warp % Cfg::WARPS_N;
+  const int tiles_n = gridDim.x, tiles_m = gridDim.y;
+  const TileCoord tile = band_raster(blockIdx.y * tiles_n + blockIdx.x, tiles_m, tiles_n);
+  const int m0 = tile.m * BM, n0 = tile.n * BN;
+  const int kb_begin = blockIdx.z * p.kblocks_per_split;
+  const int kb_end = min(p.kblocks, kb_begin + p.kblocks_per_split);
+  const int num_kb = kb_end - kb_begin;
+  const uint64_t weight_policy = ptx::evict_first_policy();
+  const T* x = static_cast<const T*>(p.x);
+
+  // Rows of x past M are not loaded: row r of the product depends on row r of x only, and
+  // rows past M are never stored, so whatever those shared-memory rows hold is harmless.
+  const int x_rows = min(BM, p.m - m0);
+
+  // ---- one pipeline stage: x tile, W tile, and this K block's group scales and zeros ---------
+  auto load_stage = [&](int stage, int kb) {
+    uint8_t* x_sh = smem + stage * Cfg::kStageBytes;
+    uint8_t* w_sh = x_sh + Cfg::kXBytes;
+    for (int i = tid; i < x_rows * 16; i += Cfg::kThreads) {  // 16-byte chunks (8 elements)
+      const int r = i >> 4, c = i & 15;
+      const int gk = kb * Cfg::kBK + c * 8;
+      const bool valid = gk < p.k;  // the K tail is zero-filled: it meets padded weights
+      const T* src = x + int64_t(m0 + r) * p.ldx + (valid ? gk : 0);
+      cp_async_16(x_sh + r * 256 + ((c ^ (r & 7)) << 4), src, valid);
+    }
+    constexpr int kChunksPerBlock = Cfg::kBlockBytes / 16;
+#pragma unroll
+    for (int i = tid; i < (BN / 8) * kChunksPerBlock; i += Cfg::kThreads) {
+      const int nb = i / kChunksPerBlock, part = i % kChunksPerBlock;
+      const int gnb = (n0 >> 3) + nb;
+      const bool valid = gnb * 8 < p.n_pad;
+      const uint8_t* src =
+          p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * Cfg::kBlockBytes + part * 16;
+      ptx::cp_async_16_stream(w_sh + nb * Cfg::kBlockBytes + part * 16, src, valid,
+                              weight_policy);
+    }
+    if constexpr (Cfg::kGrouped) {
+      uint8_t* g_sh = w_sh + Cfg::kWBytes;
+      constexpr int kChunksPerRow = BN * 4 / 16;
+      constexpr int kTables = Cfg::kHasZeros ? 2 : 1;
+      const int first_group = (kb * Cfg::kBK) >> p.group_shift;
+      const int chunks = Cfg::kGroupRows * kChunksPerRow;
+      for (int i = tid; i < kTables * chunks; i += Cfg::kThreads) {
+        const int table = i / chunks, r = (i % chunks) / kChunksPerRow, c = i % kChunksPerRow;
+        const int col = n0 + c * 4;
+        const bool valid = col < p.n_pad;
+        const float* src = (table == 0 ? p.w_scales : p.w_zeros) +
+                           int64_t(first_group + r) * p.n_pad + (valid ? col : 0);
+        cp_async_16(g_sh + table * Cfg::kScaleRegionBytes + r * BN * 4 + c * 16, src, valid);
+      }
+    }
+  };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < num_kb) load_stage(s, kb_begin + s);
+    ptx::cp_async_commit();
+  }
+
+  // Dequantization constants that do not depend on the group.
+  [[maybe_unused]] const uint32_t center2 = detail::splat<T>(Half2Magic<T>::kValue + float(Cfg::kCenter));
+  [[maybe_unused]] uint32_t scale2[NT], offset2[NT], zero2[NT];  // per group: s, MAGIC + z, z
+
+  for (int it = 0; it < num_kb; ++it) {
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // stage `it` visible to all; stage `it-1` no longer read by anyone
+    {
+      const int pf = it + STAGES - 1;
+      if (pf < num_kb) load_stage(pf % STAGES, kb_begin + pf);
+      ptx::cp_async_commit();
+    }
+    const uint8_t* x_sh = smem + (it % STAGES) * Cfg::kStageBytes;
+    const uint8_t* w_sh = x_sh + Cfg::kXBytes;
+    [[maybe_unused]] const float* g_sh = reinterpret_cast<const float*>(w_sh + Cfg::kWBytes);
+    const uint8_t* w_lane = w_sh + warp_n * NT * Cfg::kBlockBytes + lane * Cfg::kLaneBytes;
+
+    // x fragments are double-buffered in registers: the next step's ldmatrix is issued before
+    // this step's MMAs so its latency hides behind the tensor cores. A lane's weights of the
+    // whole K block come in one (4-bit) or two (8-bit) 16-byte loads per n8 tile: conflict-free,
+    // where 4-byte loads at a 16-byte lane stride would be 4-way bank conflicts.
+    uint32_t af[2][MT][4], wq[NT][kWords];
+    auto load_x = [&](int step, uint32_t (&a)[MT][4]) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int r = warp_m * Cfg::WM + mt * 16 + (lane & 15);
+        const int c = 2 * step + (lane >> 4);
+        ptx::ldmatrix_x4(a[mt], x_sh + r * 256 + ((c ^ (r & 7)) << 4));
+      }
+    };
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int v = 0; v < kWords / 4; ++v) {
+        const uint4 q = ptx::lds128(w_lane + nt * Cfg::kBlockBytes + v * 16);
+        wq[nt][4 * v] = q.x;
+        wq[nt][4 * v + 1] = q.y;
+        wq[nt][4 * v + 2] = q.z;
+        wq[nt][4 * v + 3] = q.w;
+      }
+    load_x(0, af[0]);
+
+#pragma unroll
+    for (int step = 0; step < 8; ++step) {
+      const int cur = step & 1;
+      if (step < 7) load_x(step + 1, af[cur ^ 1]);
+      if constexpr (Cfg::kGrouped) {
+        // A new group starts at this step: its scale (and zero) for each of this lane's columns.
+        if (step % Cfg::kStepsPerGroup == 0) {
+          const int grow = step / Cfg::kStepsPerGroup;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int col = warp_n * Cfg::WN + nt * 8 + (lane >> 2);
+            scale2[nt] = detail::splat<T>(g_sh[grow * BN + col]);
+            if constexpr (Cfg::kHasZeros) {
+              const float z = g_sh[Cfg::kScaleRegionBytes / 4 + grow * BN + col];
+              if constexpr (DQ == WeightOnlyDequant::group_zero)
+                offset2[nt] = detail::splat<T>(Half2Magic<T>::kValue + z);  // exact: z ≤ 15
+              else zero2[nt] = detail::splat<T>(z);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        uint32_t b[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const uint32_t raw = detail::raw_pair<Cfg>(wq[nt], step, half);
+          using detail::as_t2;
+          using detail::as_u32;
+          if constexpr (DQ == WeightOnlyDequant::group_zero) {
+            b[half] = as_u32(__hmul2(__hsub2(as_t2<T>(raw), as_t2<T>(offset2[nt])),
+                                     as_t2<T>(scale2[nt])));
+          } else {
+            const uint32_t exact =
+                kRawIsExact ? raw : as_u32(__hsub2(as_t2<T>(raw), as_t2<T>(center2)));
+            if constexpr (DQ == WeightOnlyDequant::per_channel) b[half] = exact;
+            else if constexpr (DQ == WeightOnlyDequant::group_scale)
+              b[half] = as_u32(__hmul2(as_t2<T>(exact), as_t2<T>(scale2[nt])));
+            else
+              b[half] = as_u32(
+                  __hfma2(as_t2<T>(exact), as_t2<T>(scale2[nt]), as_t2<T>(zero2[nt])));
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ptx::mma_16816<Cfg::kF16>(acc[mt][nt], af[cur][mt], b);
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();
+
+  // ---- epilogue: channel scale, bias, convert, store (split-K: the tile's last CTA) ----------
+  auto finish = [&](int col, float v) {
+    if constexpr (DQ == WeightOnlyDequant::per_channel) v *= p.w_scales[col];
+    if (p.bias != nullptr) v += load_float(Operand{p.bias, p.bias_dtype, 1}, col, 0);
+    return v;
+  };
+  const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
+  const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
+  if (p.splits > 1) {
+    auto* slot = static_cast<float*>(p.workspace) + int64_t(blockIdx.z) * p.m * p.n;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row_base + mt * 16 + (e >> 1) * 8, col = col_base + nt * 8 + (e & 1);
+          if (row < p.m && col < p.n) slot[int64_t(row) * p.n + col] = acc[mt][nt][e];
+        }
+    int* counter = &p.counters[tile.m * tiles_n + tile.n];
+    if (!split_k_arrive_last(counter, p.splits)) return;
+    split_k_sum<float, BM, BN, Cfg::kThreads>(
+        p.workspace, counter, p.splits, p.m, p.n, m0, n0, [&](int row, int col, float sum) {
+          store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col, finish(col, sum));
+        });
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row_base + mt * 16 + half * 8;
+      if (row >= p.m) continue;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = col_base + nt * 8;
+        if (col >= p.n) continue;
+        const bool two = col + 1 < p.n;
+        const float v0 = finish(col, acc[mt][nt][half * 2]);
+        const float v1 = two ? finish(col + 1, acc[mt][nt][half * 2 + 1]) : 0.0f;
+        store_float_pair(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v0, v1, two);
+      }
+    }
+}
+
+}  // namespace nibble::cuda::sm80

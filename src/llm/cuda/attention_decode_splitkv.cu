@@ -1,0 +1,378 @@
+// attention_decode_splitkv — one decode step of grouped-query attention, split over the KV length
+// (flash decoding), with RoPE and the KV-cache store of the new token fused in front and a
+// deterministic combine at the end: one launch per layer.
+//
+//   p = *pos (the new token's position, read from device memory: one CUDA graph serves every
+//   step); per head h (kv head h / G, G = Hq/Hkv):
+//     q' = rope(q_h, p), k' = rope(k, p)   (rotate-half, f32, no FMA: as rope_qkv_store)
+//     K[p] = bf16(k'), V[p] = bf16(v)       (stored by the CTA whose chunk holds p)
+//     out[h] = Σ_{j ≤ p} softmax_j(q'·K[j]ᵀ / √hd) · V[j]
+//
+// Operands: qkv (1, (Hq + 2·Hkv)·hd) f32 (the fused qkv linear's output, unrotated); cos/sin
+// (max_ctx, hd/2) f32; caches (Hkv, max_ctx, hd) bf16; out (1, ld) bf16, f32 or int8 per
+// token (the o projection's input form); workspace (kernels.h) for partial states, the f32 row
+// (int8 output) and arrival counters.
+//
+// Work split
+//   grid (splits = ceil(max_ctx / 64), Hkv), 4 warps. CTA (s, kv head) owns positions
+//   [64s, 64s + 64) ∩ [0, p] for all G query heads of its kv head, so each key and value row is
+//   read once per step. CTAs past p exit at once (the grid is sized for max_ctx so the graph
+//   never changes). Within a CTA, hd/8 lanes share a key (16 bytes of K and of V per lane), so a
+//   warp covers 256/hd keys per step; loads of kUnroll steps are issued before any is used, to
+//   keep enough bytes in flight per SM.
+//
+//     lane group (hd/8 lanes) ─► key j: 16-byte K, V slices ─► dot per head (shuffle-reduced)
+//     ─► online softmax (m, l, acc per head) ─► CTA combine in shared memory (fixed order)
+//     ─► partial (m, l, acc[hd]) per (head, split) ─► last CTA of the kv head combines the
+//        splits in split order ─► out (int8: the last kv head's CTA quantizes the whole row)
+//
+//   "Last CTA" is decided by an atomic arrival counter per kv head (as the split-K GEMMs do):
+//   partials are written, fenced, then counted; the CTA that sees count = active − 1 reads
+//   them all (L2, __ldcg) in split order, so the result does not depend on CTA timing, and
+//   resets the counter for the next launch.
+//
+// Limitations
+//   1. hd ∈ {64, 128}, G ≤ 8, max_ctx ≤ 65536 (the combine's weights live in shared memory).
+//   2. One token per launch (batch 1 decode); prompts go through sm80_attention_prefill.
+//   3. The q heads' RoPE is recomputed by every CTA of a kv head (G·hd values: negligible).
+// Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='LlmCudaKernels.AttentionDecode*'
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "common/check.h"
+#include "common/cuda_runtime_check.h"
+#include "llm/cuda/activation_store.cuh"
+#include "llm/cuda/kernels.h"
+
+namespace nibble::llm::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = kDecodeAttentionChunk;
+constexpr int kMaxGroup = 8;
+constexpr int kMaxCtx = 65536;
+
+template <int HD, int MAXG>
+struct DecodeConfig {
+  static constexpr int kLanesPerKey = HD / 8;             // each lane holds 8 dims (16 bytes)
+  static constexpr int kKeysPerWarp = 32 / kLanesPerKey;  // keys a warp covers per step
+  static constexpr int kStates = kWarps * kKeysPerWarp;   // partial softmax states per CTA
+  static constexpr int kKeysPerStep = kStates;            // keys the CTA covers per step
+  // Loads issued ahead: 4 steps (8 KB of K and V per CTA in flight at hd = 128); 2 with G = 8,
+  // whose per-head accumulators leave fewer registers.
+  static constexpr int kUnroll = MAXG >= 8 ? 2 : 4;
+  static constexpr int kHalf = HD / 2;
+  static_assert(kMaxCtx / kChunk * MAXG <= kStates * MAXG * HD, "combine weights must fit");
+};
+
+struct DecodeParams {
+  const float* qkv;
+  const int32_t* pos;
+  AttentionShape s;
+  const float* cos;
+  const float* sin;
+  __nv_bfloat16* k_cache;
+  __nv_bfloat16* v_cache;
+  DecodeAttentionWorkspace ws;
+  ActOutput out;
+  int splits;
+  int group;
+  float scale;  // 1/sqrt(hd)
+};
+
+__device__ __forceinline__ float rope_lo(float a, float b, float cs, float sn) {
+  return __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+}
+__device__ __forceinline__ float rope_hi(float a, float b, float cs, float sn) {
+  return __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+}
+
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+template <int HD, int MAXG>
+__global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams p) {
+  using Cfg = DecodeConfig<HD, MAXG>;
+  constexpr int T = Cfg::kLanesPerKey, KPW = Cfg::kKeysPerWarp, S = Cfg::kStates;
+  constexpr int U = Cfg::kUnroll, HALF = Cfg::kHalf;
+  __shared__ float q_sh[MAXG][HD];
+  __shared__ float state_sh[S][MAXG][HD];  // per-state accumulators; later the combine weights
+  __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum); later 1 / (total sum)
+  __shared__ float reduce_scratch[kThreads / 32];
+  __shared__ int last_sh;
+
+  const int split = blockIdx.x, kv_head = blockIdx.y, G = p.group;
+  const int pos = *p.pos;
+  const int len = pos + 1;
+  const int n_active = (len + kChunk - 1) / kChunk;
+  if (split >= n_active) return;
+  const int j0 = split * kChunk, j1 = min(j0 + kChunk, len);
+  const float* q_in = p.qkv + kv_head * G * HD;
+  const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
+  const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
+  const float* cs = p.cos + static_cast<int64_t>(pos) * HALF;
+  const float* sn = p.sin + static_cast<int64_t>(pos) * HALF;
+  // Plain (coherent) loads below: this CTA may have just written row `pos` of these.
+  __nv_bfloat16* kc = p.k_cache + static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
+  __nv_bfloat16* vc = p.v_cache + static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
+
+  for (int idx = threadIdx.x; idx < G * HALF; idx += kThreads) {
+    const int g = idx / HALF, i = idx % HALF;
+    const float a = q_in[g * HD + i], b = q_in[g * HD + i + HALF];
+    q_sh[g][i] = rope_lo(a, b, cs[i], sn[i]);
+    q_sh[g][i + HALF] = rope_hi(a, b, cs[i], sn[i]);
+  }
+  if (split == n_active - 1) {  // this chunk holds the new position: store its k and v
+    for (int i = threadIdx.x; i < HALF; i += kThreads) {
+      const float a = k_in[i], b = k_in[i + HALF];
+      kc[static_cast<int64_t>(pos) * HD + i] = __float2bfloat16_rn(rope_lo(a, b, cs[i], sn[i]));
+      kc[static_cast<int64_t>(pos) * HD + i + HALF] =
+          __float2bfloat16_rn(rope_hi(a, b, cs[i], sn[i]));
+    }
+    for (int i = threadIdx.x; i < HD; i += kThreads)
+      vc[static_cast<int64_t>(pos) * HD + i] = __float2bfloat16_rn(v_in[i]);
+  }
+  __syncthreads();  // q_sh ready; the new K/V row visible to the whole CTA
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int key_group = lane / T, d0 = (lane % T) * 8;
+  float q[MAXG][8];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) q[g][e] = g < G ? q_sh[g][d0 + e] : 0.0f;
+  float m[MAXG], l[MAXG], acc[MAXG][8];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+  }
+
+  // `base` is warp-uniform (the shuffles below need every lane); each lane group's key is
+  // base + key_group + u·(keys per CTA step).
+  for (int base = j0 + warp * KPW; base < j1; base += Cfg::kKeysPerStep * U) {
+    uint4 kr[U], vr[U];
+    bool valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = base + u * Cfg::kKeysPerStep + key_group;
+      valid[u] = j < j1;
+      if (valid[u]) {
+        kr[u] = *reinterpret_cast<const uint4*>(kc + static_cast<int64_t>(j) * HD + d0);
+        vr[u] = *reinterpret_cast<const uint4*>(vc + static_cast<int64_t>(j) * HD + d0);
+      } else {
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float sc[U][MAXG];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8(kr[u], kf);
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot += q[g][e] * kf[e];
+#pragma unroll
+        for (int off = T / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(kFullMask, dot, off);
+        sc[u][g] = valid[u] ? dot * p.scale : -INFINITY;
+      }
+    }
+    float vf[U][8];
+#pragma unroll
+    for (int u = 0; u < U; ++u) unpack8(vr[u], vf[u]);
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      if (g >= G) continue;
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
+      if (mx == -INFINITY) continue;  // no key of this lane group yet
+      const float corr = expf(m[g] - mx);  // 0 when m was −inf
+      l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float pe = expf(sc[u][g] - mx);  // 0 for masked keys
+        l[g] += pe;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] += pe * vf[u][e];
+      }
+      m[g] = mx;
+    }
+  }
+
+  // CTA combine: the S = warps × keys-per-warp states, in state order.
+  const int st = warp * KPW + key_group;
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g >= G) continue;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) state_sh[st][g][d0 + e] = acc[g][e];
+    if (d0 == 0) {
+      ml_sh[st][g][0] = m[g];
+      ml_sh[st][g][1] = l[g];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
+    const int g = idx / HD, d = idx % HD;
+    float mx = -INFINITY;
+    for (int t = 0; t < S; ++t) mx = fmaxf(mx, ml_sh[t][g][0]);  // finite: key j0 is valid
+    float sum = 0.0f, a = 0.0f;
+    for (int t = 0; t < S; ++t) {
+      const float mt = ml_sh[t][g][0];
+      if (mt == -INFINITY) continue;
+      const float w = expf(mt - mx);
+      sum += w * ml_sh[t][g][1];
+      a += w * state_sh[t][g][d];
+    }
+    float* part =
+        p.ws.partials + (static_cast<int64_t>(kv_head * G + g) * p.splits + split) * (HD + 2);
+    part[2 + d] = a;
+    if (d == 0) {
+      part[0] = mx;
+      part[1] = sum;
+    }
+  }
+
+  // Arrival: the last active CTA of this kv head combines the splits.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int arrived = atomicAdd(&p.ws.counters[kv_head], 1);
+    last_sh = arrived == n_active - 1;
+    if (last_sh) p.ws.counters[kv_head] = 0;  // all active CTAs have counted
+  }
+  __syncthreads();
+  if (!last_sh) return;
+  __threadfence();
+
+  float* w_sh = &state_sh[0][0][0];  // (G, n_active) split weights exp(m_s − M)
+  float* inv_sum_sh = &ml_sh[0][0][0];
+  for (int g = warp; g < G; g += kWarps) {
+    const float* part0 = p.ws.partials + static_cast<int64_t>(kv_head * G + g) * p.splits * (HD + 2);
+    float mx = -INFINITY;
+    for (int s = lane; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(part0 + s * (HD + 2)));
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+    float sum = 0.0f;
+    for (int s = lane; s < n_active; s += 32) {
+      const float w = expf(__ldcg(part0 + s * (HD + 2)) - mx);
+      w_sh[g * n_active + s] = w;
+      sum += w * __ldcg(part0 + s * (HD + 2) + 1);
+    }
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
+    if (lane == 0) inv_sum_sh[g] = 1.0f / sum;
+  }
+  __syncthreads();
+  const bool to_int8 = p.out.kind == ActKind::s8_per_token;
+  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
+    const int g = idx / HD, d = idx % HD;
+    const float* part0 = p.ws.partials + static_cast<int64_t>(kv_head * G + g) * p.splits * (HD + 2);
+    float a = 0.0f;
+    // Unrolled so that eight splits' loads (L2 hits) are in flight at once; the sum itself stays
+    // in split order.
+#pragma unroll 8
+    for (int s = 0; s < n_active; ++s)
+      a += w_sh[g * n_active + s] * __ldcg(part0 + s * (HD + 2) + 2 + d);
+    const float o = a * inv_sum_sh[g];
+    const int col = (kv_head * G + g) * HD + d;
+    if (to_int8)
+      p.ws.row_f32[col] = o;
+    else
+      store_float_act(p.out, 0, col, o);
+  }
+  if (!to_int8) return;
+
+  // int8 output: the row's scale spans every head, so the last kv head to finish quantizes it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int arrived = atomicAdd(&p.ws.counters[p.s.n_kv_heads], 1);
+    last_sh = arrived == p.s.n_kv_heads - 1;
+    if (last_sh) p.ws.counters[p.s.n_kv_heads] = 0;
+  }
+  __syncthreads();
+  if (!last_sh) return;
+  __threadfence();
+  const float* row = p.ws.row_f32;
+  store_act_row<kThreads>(p.out, 0, int64_t{p.s.n_heads} * HD, reduce_scratch,
+                          [&](int64_t i) { return __ldcg(row + i); });
+}
+
+template <int HD, int MAXG>
+void launch(const DecodeParams& p, Stream stream) {
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.s.n_kv_heads));
+  attention_decode_kernel<HD, MAXG><<<grid, kThreads, 0, stream>>>(p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <int HD>
+void launch_group(const DecodeParams& p, Stream stream) {
+  if (p.group <= 1) return launch<HD, 1>(p, stream);
+  if (p.group <= 2) return launch<HD, 2>(p, stream);
+  if (p.group <= 4) return launch<HD, 4>(p, stream);
+  return launch<HD, 8>(p, stream);
+}
+
+}  // namespace
+
+int64_t decode_attention_partial_floats(const AttentionShape& s) {
+  return int64_t{s.n_heads} * decode_attention_splits(s.max_ctx) * (s.head_dim + 2);
+}
+
+void launch_attention_decode(const float* qkv, const int32_t* pos, const AttentionShape& s,
+                             const float* cos, const float* sin, uint16_t* k_cache,
+                             uint16_t* v_cache, const DecodeAttentionWorkspace& ws,
+                             const ActOutput& out, Stream stream) {
+  if (s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.n_heads / s.n_kv_heads > kMaxGroup)
+    nibble::detail::fail(ErrorCode::unsupported,
+                         "nibble::llm: the CUDA decode attention supports up to " +
+                             std::to_string(kMaxGroup) + " query heads per kv head, got " +
+                             std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads));
+  if (s.max_ctx < 1 || s.max_ctx > kMaxCtx)
+    nibble::detail::fail(ErrorCode::unsupported,
+                         "nibble::llm: the CUDA decode attention supports contexts up to " +
+                             std::to_string(kMaxCtx) + " tokens, got " +
+                             std::to_string(s.max_ctx));
+  if (out.ld < int64_t{s.n_heads} * s.head_dim || out.data == nullptr)
+    nibble::detail::fail(ErrorCode::internal, "launch_attention_decode: bad output");
+  DecodeParams p;
+  p.qkv = qkv;
+  p.pos = pos;
+  p.s = s;
+  p.cos = cos;
+  p.sin = sin;
+  p.k_cache = reinterpret_cast<__nv_bfloat16*>(k_cache);
+  p.v_cache = reinterpret_cast<__nv_bfloat16*>(v_cache);
+  p.ws = ws;
+  p.out = out;
+  p.splits = decode_attention_splits(s.max_ctx);
+  p.group = s.n_heads / s.n_kv_heads;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  switch (s.head_dim) {
+    case 64: return launch_group<64>(p, stream);
+    case 128: return launch_group<128>(p, stream);
+  }
+  nibble::detail::fail(ErrorCode::unsupported,
+                       "nibble::llm: the CUDA attention supports head_dim 64 and 128, got " +
+                           std::to_string(s.head_dim));
+}
+
+}  // namespace nibble::llm::cuda

@@ -1,0 +1,782 @@
+// The CUDA backend: the CPU backend's Llama forward pass (cpu_backend.cpp, the reference) on the
+// GPU. One forward call over M tokens at positions p0 .. p0 + M − 1:
+//
+//   x (M, D) f32 = embedding rows                                       embedding.cu
+//   per block:  h = rmsnorm(x + δ)·g_attn          (δ: the previous block's down output)
+//                                                                       rmsnorm.cu (add_rmsnorm)
+//               qkv (M, (Hq + 2Hkv)·hd) f32 = h · [Wq; Wk; Wv]ᵀ        one fused linear
+//     M = 1:    attention_decode_splitkv.cu — RoPE of q, k; k, v into the cache at p; split-KV
+//               softmax(q·Kᵀ/√hd)·V with a deterministic combine; writes the o input directly
+//     M > 1:    rope.cu (q → bf16, k, v → cache) then sm80_attention_prefill.cu (tensor cores)
+//               δ = att · Woᵀ
+//               h = rmsnorm(x + δ)·g_ffn
+//               gu (M, 2F) f32 = h · [Wgate; Wup]ᵀ                      one fused linear
+//               a = silu(gu[:, :F]) ⊙ gu[:, F:]                         swiglu.cu
+//               δ = a · Wdownᵀ
+//   logits = rmsnorm(x + δ)·g_out · Eᵀ (last row, or every row for all_logits)
+//
+// So a decode step is 4 GEMMs and 4 small kernels per block (Llama-3-8B: qkv 6144×4096,
+// o 4096×4096, gate_up 28672×4096, down 4096×14336), captured once as one CUDA graph: the
+// token id and position are read from device memory (d_step_), every buffer and workspace is
+// allocated before capture, and a first eager step runs before it (so nibble's split-K
+// workspace, cuBLAS's kernels and every lazily loaded module exist; nothing allocates, syncs or
+// loads during capture). Prompts run eagerly on their own stream, in chunks of up to 2048
+// tokens. Linear layers run through GpuLinear (gpu_linear.h), the one place that maps a format
+// to a kernel through nibble's public API.
+//
+// Precision (chosen to mirror the CPU backend's bf16 mode rounding point by rounding point):
+//   residual stream x, linear outputs, RMSNorm (sum of squares in double), RoPE, softmax,
+//   SwiGLU: f32, as on the CPU, with the same operation order and no FMA contraction in the
+//   element-wise kernels;
+//   linear inputs: bf16 for bf16 and weight-only formats (the CPU rounds them to bf16 too),
+//   int8 per token for the A8 formats (quantized from the same f32 values, bit-identical to
+//   quantize_activation); weights rounded/quantized on the host by the same code as the CPU;
+//   KV cache: bf16 (the CPU keeps f32) — the one deliberate difference of the decode path;
+//   the prefill attention also rounds q and the softmax probabilities P to bf16 for its
+//   tensor-core products (FlashAttention-2's choice).
+// The remaining differences are f32 summation orders (cuBLAS, nibble's kernels, attention).
+#include "llm/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/check.h"
+#include "common/cuda_runtime_check.h"
+#include "llm/cuda/cublas_check.h"
+#include "llm/cuda/gpu_linear.h"
+#include "llm/cuda/kernels.h"
+#include "llm/model_files.h"
+#include "nibble/nibble.h"
+
+namespace nibble::llm {
+
+namespace {
+
+using cuda::ActKind;
+using cuda::ActOutput;
+using cuda::GpuLinear;
+using cuda::LinearInput;
+using cuda::LinearScratch;
+
+// The longest run of prompt tokens one eager pass computes: activation buffers are sized for
+// it (Llama-3-8B: ~0.6 GB), and longer prompts run as several passes at increasing positions.
+// 2048 keeps the 2048-token TTFT prompt in one pass.
+constexpr int64_t kPrefillChunk = 2048;
+// cuBLAS workspace per handle; cuBLAS asks for 32 MiB on Hopper. Set explicitly so that no
+// cuBLAS call allocates, which a graph capture would forbid.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+enum Phase : int { kPrefill = 0, kDecode = 1 };
+
+// ---- RAII for the runtime objects that Tensor does not cover -------------------------------
+
+struct StreamHandle {
+  cudaStream_t s = nullptr;
+  ~StreamHandle() {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
+};
+struct BlasHandle {
+  cublasHandle_t h = nullptr;
+  ~BlasHandle() {
+    if (h != nullptr) cublasDestroy(h);
+  }
+};
+struct PinnedBuffer {
+  void* p = nullptr;
+  ~PinnedBuffer() {
+    if (p != nullptr) cudaFreeHost(p);
+  }
+};
+struct GraphHandles {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~GraphHandles() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+struct EventList {
+  std::vector<cudaEvent_t> events;
+  ~EventList() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+};
+
+struct Layer {
+  Tensor attn_norm, ffn_norm;  // (D) f32
+  // [phase]; the decode entry is the prefill one when the strategy uses one format.
+  std::shared_ptr<GpuLinear> qkv[2], o[2], gate_up[2], down[2];
+};
+
+// Rows of quantized weights stacked into one (Σn, k) weight: every buffer is row-major with N
+// rows (q (N, K), scales (N) or (N, K/G), zeros and group scales (N, K/G)).
+QuantizedWeight concat_rows(const std::vector<QuantizedWeight>& parts) {
+  int64_t n = 0;
+  for (const auto& p : parts) n += p.n;
+  QuantizedWeight out(parts[0].format, n, parts[0].k);
+  auto append = [&](Tensor QuantizedWeight::*buf) {
+    if (!(out.*buf).defined()) return;
+    auto* dst = static_cast<uint8_t*>((out.*buf).data());
+    for (const auto& p : parts) {
+      std::memcpy(dst, (p.*buf).data(), static_cast<size_t>((p.*buf).nbytes()));
+      dst += (p.*buf).nbytes();
+    }
+  };
+  append(&QuantizedWeight::q);
+  append(&QuantizedWeight::scales);
+  append(&QuantizedWeight::zeros);
+  append(&QuantizedWeight::group_scales);
+  return out;
+}
+
+TensorView strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
+                   Device device) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = 2;
+  v.shape = {rows, cols, 0, 0};
+  v.strides = {ld, 1, 0, 0};
+  v.device = device;
+  return v;
+}
+
+int64_t act_element_bytes(ActKind k) {
+  return k == ActKind::f32 ? 4 : k == ActKind::bf16 ? 2 : 1;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(ModelFiles& files, const BackendOptions& opt, int ordinal)
+      : c_(files.config), dev_(Device::cuda(ordinal)), fuse_(opt.fuse_activation_quant) {
+    const int count = cuda_device_count();
+    if (ordinal < 0 || ordinal >= count)
+      detail::fail(ErrorCode::unsupported,
+                   "nibble::llm: no CUDA device " + std::to_string(ordinal) + " (" +
+                       std::to_string(count) + " found" +
+                       (count == 0 ? ": " + cuda_unavailable_reason() : std::string()) + ")");
+    info_ = cuda_device_info(ordinal);
+    if (info_.cc_major < 8)
+      detail::fail(ErrorCode::unsupported, "nibble::llm: the CUDA runner needs sm_80 or newer, " +
+                                               info_.name + " is sm_" +
+                                               std::to_string(info_.cc_major) +
+                                               std::to_string(info_.cc_minor));
+    detail::DeviceGuard guard(ordinal);
+    NIBBLE_CUDA_CHECK(cudaFree(nullptr));  // create the context before measuring memory
+    baseline_used_ = device_used_bytes();
+    peak_used_ = baseline_used_;
+
+    check_shapes(opt);
+    GpuLinear::check_mode(opt.strategy.prefill);
+    GpuLinear::check_mode(opt.strategy.decode);
+    GpuLinear::check_mode(opt.head_mode);
+    strategy_ = opt.strategy;
+    head_mode_ = opt.head_mode;
+
+    NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&streams_[kPrefill].s, cudaStreamNonBlocking));
+    NIBBLE_CUDA_CHECK(cudaStreamCreateWithFlags(&streams_[kDecode].s, cudaStreamNonBlocking));
+    for (int ph : {kPrefill, kDecode}) {
+      blas_workspace_[ph] = device_tensor(DType::u8, {static_cast<int64_t>(kCublasWorkspaceBytes)});
+      NIBBLE_CUBLAS_CHECK(cublasCreate(&blas_[ph].h));
+      NIBBLE_CUBLAS_CHECK(cublasSetStream(blas_[ph].h, streams_[ph].s));
+      NIBBLE_CUBLAS_CHECK(
+          cublasSetWorkspace(blas_[ph].h, blas_workspace_[ph].data(), kCublasWorkspaceBytes));
+    }
+
+    load_weights(files, opt);
+    allocate_buffers();
+    if (opt.time_prefill_attention)
+      for (int64_t i = 0; i < 2 * n_layers_; ++i) {
+        cudaEvent_t e = nullptr;
+        NIBBLE_CUDA_CHECK(cudaEventCreate(&e));
+        attn_events_.events.push_back(e);
+      }
+    // Uploads (cudaMemcpy from pageable memory may return before its DMA ends), memsets on the
+    // legacy stream and the device-made weights on the prefill stream are all finished before
+    // the non-blocking streams use them.
+    NIBBLE_CUDA_CHECK(cudaDeviceSynchronize());
+    sample_memory();
+    if (opt.cuda_graph) capture_decode_graph();
+    sample_memory();
+  }
+
+  ~CudaBackend() override {
+    detail::DeviceGuard guard(dev_.index);
+    for (auto& s : streams_)
+      if (s.s != nullptr) cudaStreamSynchronize(s.s);  // errors surface in the next call
+  }
+
+  std::string device() const override { return to_string(dev_); }
+  double last_prefill_attention_seconds() const override { return last_attention_seconds_; }
+  const ModelConfig& config() const override { return c_; }
+  int64_t n_layers() const override { return n_layers_; }
+  int64_t max_context() const override { return max_ctx_; }
+
+  void forward(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
+               std::vector<float>& logits) override {
+    const auto m = static_cast<int64_t>(tokens.size());
+    if (m == 0)
+      detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: no tokens");
+    if (pos < 0 || pos + m > max_ctx_)
+      detail::fail(ErrorCode::out_of_range,
+                   "nibble::llm::Backend::forward: positions " + std::to_string(pos) + ".." +
+                       std::to_string(pos + m - 1) + " do not fit the context of " +
+                       std::to_string(max_ctx_) + " tokens");
+    for (const int32_t id : tokens)
+      if (id < 0 || id >= c_.vocab_size)
+        detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: token id " +
+                                                      std::to_string(id) +
+                                                      " is outside the vocabulary");
+    detail::DeviceGuard guard(dev_.index);
+    if (m == 1)
+      decode_step(tokens[0], pos, logits);
+    else
+      prefill(tokens, pos, all_logits, logits);
+  }
+
+  MemoryReport memory() const override {
+    MemoryReport r;
+    const int64_t norms = static_cast<int64_t>(n_layers_ * 2 + 1) * c_.dim * 4;
+    const bool head_shares_table = head_->bf16_weight().data() == emb_.data();
+    r.resident_weight_bytes = emb_.nbytes() + norms + (head_shares_table ? 0 : head_->weight_bytes());
+    // A decode step reads one embedding row, every decode-phase block weight and the output.
+    r.decode_weight_bytes = head_->weight_bytes() + norms + c_.dim * 2;
+    for (const Layer& L : layers_)
+      for (auto* lin : {&L.qkv, &L.o, &L.gate_up, &L.down}) {
+        r.resident_weight_bytes += (*lin)[kPrefill]->weight_bytes();
+        if ((*lin)[kDecode] != (*lin)[kPrefill])
+          r.resident_weight_bytes += (*lin)[kDecode]->weight_bytes();
+        r.decode_weight_bytes += (*lin)[kDecode]->weight_bytes();
+      }
+    r.kv_cache_bytes = k_cache_.nbytes() + v_cache_.nbytes();
+    r.device_allocated_bytes = allocated_bytes_ + r.resident_weight_bytes;
+    detail::DeviceGuard guard(dev_.index);
+    sample_memory();
+    r.device_peak_bytes = peak_used_ - baseline_used_;
+    return r;
+  }
+
+  std::string describe() const override {
+    std::string s = "cuda backend, " + info_.name + " (sm_" + std::to_string(info_.cc_major) +
+                    std::to_string(info_.cc_minor) + ", " + std::to_string(info_.sm_count) +
+                    " SMs), " + std::to_string(n_layers_) + "/" + std::to_string(c_.n_layers) +
+                    " layers, KV cache " + std::to_string(max_ctx_) + " tokens (bf16)\n";
+    if (random_on_device_)
+      s += "  weights: random, generated on the GPU (seed " + std::to_string(random_seed_) +
+           "; not a trained model)\n";
+    s += "  decode step: " +
+         (graph_.exec != nullptr ? "one CUDA graph of " + std::to_string(graph_nodes_) + " nodes"
+                                 : std::string("eager launches (no CUDA graph)")) +
+         "; prompts: eager, chunks of " + std::to_string(m_max_) + " tokens\n";
+    s += "  embedding: bf16; output: " + head_->describe(1) +
+         (head_->bf16_weight().data() == emb_.data() ? " (tied: the embedding table)" : "") + "\n";
+    if (!layers_.empty()) {
+      const Layer& L = layers_[0];
+      s += "  block linears (qkv and gate_up fused): " + strategy_.describe() + "\n";
+      s += "    decode gate_up " + L.gate_up[kDecode]->describe(1) + "\n";
+      if (L.gate_up[kPrefill] != L.gate_up[kDecode] || m_max_ > 1)
+        s += "    prefill gate_up " + L.gate_up[kPrefill]->describe(std::min<int64_t>(m_max_, 512)) +
+             " (at M = " + std::to_string(std::min<int64_t>(m_max_, 512)) + ")\n";
+      s += std::string("    linear inputs: decode ") +
+           cuda::to_string(L.qkv[kDecode]->input_kind(fuse_)) + ", prefill " +
+           cuda::to_string(L.qkv[kPrefill]->input_kind(fuse_)) +
+           (fuse_ ? " (int8 quantization fused into RMSNorm / SwiGLU / decode attention)" : "") +
+           "\n";
+    }
+    return s;
+  }
+
+ private:
+  // ---- construction ---------------------------------------------------------------------------
+
+  void check_shapes(const BackendOptions& opt) {
+    n_layers_ = opt.max_layers > 0 ? std::min(opt.max_layers, c_.n_layers) : c_.n_layers;
+    max_ctx_ = opt.max_context > 0 ? opt.max_context : std::min<int64_t>(c_.max_context, 4096);
+    if (max_ctx_ < 1 || max_ctx_ > c_.max_context)
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm: context " + std::to_string(max_ctx_) + " is outside [1, " +
+                       std::to_string(c_.max_context) + "], the model's");
+    if (c_.head_dim != 64 && c_.head_dim != 128)
+      detail::fail(ErrorCode::unsupported,
+                   "nibble::llm: the CUDA backend's attention kernels take head_dim 64 or 128, "
+                   "this model has " + std::to_string(c_.head_dim) + " (use --device cpu)");
+    if (c_.n_heads / c_.n_kv_heads > 8)
+      detail::fail(ErrorCode::unsupported,
+                   "nibble::llm: the CUDA backend's decode attention takes up to 8 query heads "
+                   "per kv head, this model has " + std::to_string(c_.n_heads / c_.n_kv_heads));
+    if (max_ctx_ > 65536)
+      detail::fail(ErrorCode::unsupported,
+                   "nibble::llm: the CUDA backend's decode attention takes contexts up to 65536 "
+                   "tokens, got " + std::to_string(max_ctx_) + " (lower --ctx-size)");
+    shape_.n_heads = static_cast<int>(c_.n_heads);
+    shape_.n_kv_heads = static_cast<int>(c_.n_kv_heads);
+    shape_.head_dim = static_cast<int>(c_.head_dim);
+    shape_.max_ctx = max_ctx_;
+    m_max_ = std::min(max_ctx_, kPrefillChunk);
+  }
+
+  Tensor device_tensor(DType dtype, std::vector<int64_t> shape) {
+    Tensor t(dtype, std::move(shape), dev_);
+    allocated_bytes_ += t.nbytes();
+    return t;
+  }
+
+  Tensor upload_f32(const std::vector<float>& v) {
+    Tensor t(DType::f32, {static_cast<int64_t>(v.size())}, dev_);  // counted as weights
+    NIBBLE_CUDA_CHECK(cudaMemcpy(t.data(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    return t;
+  }
+
+  Tensor ones(int64_t n) {
+    Tensor t(DType::f32, {n}, dev_);
+    cuda::launch_fill_f32(static_cast<float*>(t.data()), n, 1.0f, streams_[kPrefill].s);
+    return t;
+  }
+
+  uint64_t tensor_seed(const std::string& name) const {
+    uint64_t s = random_seed_ ^ 0x6E6962626C65ull;  // FNV-1a over the name, as RandomSource
+    for (const char ch : name) s = (s ^ static_cast<uint8_t>(ch)) * 0x100000001B3ull;
+    return s;
+  }
+
+  void load_weights(ModelFiles& files, const BackendOptions& opt) {
+    WeightSource& src = *files.weights;
+    const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
+    const int64_t f = c_.ffn_dim, vocab = c_.vocab_size;
+    random_on_device_ = opt.random_weights_on_device && src.random_seed().has_value();
+    if (random_on_device_) random_seed_ = *src.random_seed();
+    const Stream fill = streams_[kPrefill].s;
+
+    // Embedding (bf16) and output projection; a tied model builds both from one load.
+    std::vector<float> emb;
+    if (random_on_device_) {
+      emb_ = Tensor(DType::bf16, {vocab, d}, dev_);
+      cuda::launch_fill_uniform_bf16(static_cast<uint16_t*>(emb_.data()), vocab * d,
+                                     static_cast<float>(std::sqrt(3.0)),
+                                     tensor_seed("token_embd.weight"), fill);
+    } else {
+      emb = src.load("token_embd.weight", {vocab, d});
+      std::vector<uint16_t> bits(emb.size());
+      for (size_t i = 0; i < emb.size(); ++i) bits[i] = f32_to_bf16_bits(emb[i]);
+      emb_ = Tensor(DType::bf16, {vocab, d}, dev_);
+      NIBBLE_CUDA_CHECK(
+          cudaMemcpy(emb_.data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+    }
+    if (c_.tied_embeddings && head_mode_ == "bf16") {
+      head_ = GpuLinear::bf16_shared(emb_);
+    } else if (random_on_device_) {
+      head_ = GpuLinear::random(head_mode_, vocab, d, tensor_seed("output.weight"), dev_, fill);
+    } else if (c_.tied_embeddings) {
+      head_ = GpuLinear::from_floats(head_mode_, emb, vocab, d, dev_);
+    } else {
+      emb.clear();
+      emb.shrink_to_fit();
+      head_ = GpuLinear::from_floats(head_mode_, src.load("output.weight", {vocab, d}), vocab, d,
+                                     dev_);
+    }
+    emb.clear();
+    emb.shrink_to_fit();
+    out_norm_ = random_on_device_ ? ones(d) : upload_f32(src.load("output_norm.weight", {d}));
+
+    // Block linears: q|k|v and gate|up stacked into one weight each.
+    for (int64_t l = 0; l < n_layers_; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      Layer L;
+      // `parts` name the tensors stacked (in order) into one (n, k) layer.
+      auto lin = [&](std::shared_ptr<GpuLinear>(&slot)[2], std::vector<std::string> parts,
+                     std::vector<int64_t> rows, int64_t k) {
+        int64_t n = 0;
+        for (int64_t r : rows) n += r;
+        const std::string stored = src.quantized_format(p + parts[0]);
+        if (!stored.empty()) {
+          // A pre-quantized checkpoint runs in its own format only (its floats are gone).
+          if (strategy_.prefill != stored || strategy_.decode != stored)
+            detail::fail(ErrorCode::invalid_argument,
+                         "nibble::llm: the checkpoint holds '" + p + parts[0] +
+                             "' pre-quantized as " + stored + "; it runs with --format " +
+                             stored + ", not " + strategy_.describe());
+          std::vector<QuantizedWeight> qws;
+          for (size_t i = 0; i < parts.size(); ++i)
+            qws.push_back(src.load_quantized(p + parts[i], rows[i], k));
+          slot[kPrefill] = GpuLinear::from_quantized(stored, concat_rows(qws), k, dev_);
+          slot[kDecode] = slot[kPrefill];
+          return;
+        }
+        auto make = [&](const std::string& mode, const std::vector<float>* w) {
+          return std::shared_ptr<GpuLinear>(
+              w == nullptr ? GpuLinear::random(mode, n, k, tensor_seed(p + parts[0]), dev_, fill)
+                           : GpuLinear::from_floats(mode, *w, n, k, dev_));
+        };
+        std::vector<float> w;
+        if (!random_on_device_) {
+          w.reserve(static_cast<size_t>(n * k));
+          for (size_t i = 0; i < parts.size(); ++i) {
+            const std::vector<float> part = src.load(p + parts[i], {rows[i], k});
+            w.insert(w.end(), part.begin(), part.end());
+          }
+        }
+        const std::vector<float>* wp = random_on_device_ ? nullptr : &w;
+        slot[kPrefill] = make(strategy_.prefill, wp);
+        slot[kDecode] =
+            strategy_.decode == strategy_.prefill ? slot[kPrefill] : make(strategy_.decode, wp);
+      };
+      L.attn_norm =
+          random_on_device_ ? ones(d) : upload_f32(src.load(p + "attn_norm.weight", {d}));
+      L.ffn_norm = random_on_device_ ? ones(d) : upload_f32(src.load(p + "ffn_norm.weight", {d}));
+      lin(L.qkv, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, {qd, kvd, kvd}, d);
+      lin(L.o, {"attn_output.weight"}, {d}, qd);
+      lin(L.gate_up, {"ffn_gate.weight", "ffn_up.weight"}, {f, f}, d);
+      lin(L.down, {"ffn_down.weight"}, {d}, f);
+      layers_.push_back(std::move(L));
+    }
+  }
+
+  // Every linear's input kind in a phase; the buffers each needs.
+  void allocate_buffers() {
+    const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd;
+    const int64_t f = c_.ffn_dim, vocab = c_.vocab_size, m = m_max_;
+    bool need[3] = {false, false, false};  // indexed by ActKind
+    bool need_int8 = false;
+    int64_t width = std::max({d, qd, f});
+    auto note = [&](const GpuLinear& lin, bool prefill_attention_input) {
+      ActKind k = lin.input_kind(fuse_);
+      // The prefill attention writes floats; its int8 consumer quantizes itself.
+      if (prefill_attention_input && k == ActKind::s8_per_token) k = ActKind::f32;
+      need[static_cast<int>(k)] = true;
+      if (lin.path() == GpuLinear::Path::packed_a8 || lin.path() == GpuLinear::Path::quantized_act)
+        need_int8 = true;
+      width = std::max(width, lin.k_padded());
+    };
+    for (const Layer& L : layers_)
+      for (int ph : {kPrefill, kDecode}) {
+        note(*L.qkv[ph], false);
+        note(*L.o[ph], ph == kPrefill);
+        note(*L.gate_up[ph], false);
+        note(*L.down[ph], false);
+      }
+    note(*head_, false);
+    act_ld_ = (width + 7) / 8 * 8;        // 16-byte bf16 rows (packed weight-only kernels)
+    act_ld_s8_ = (width + 15) / 16 * 16;  // 16-byte rows for the tensor-core kernels' cp.async
+    if (need[static_cast<int>(ActKind::bf16)]) act_bf16_ = zeros(DType::bf16, {m, act_ld_});
+    if (need[static_cast<int>(ActKind::f32)]) act_f32_ = zeros(DType::f32, {m, act_ld_});
+    if (need[static_cast<int>(ActKind::s8_per_token)] || need_int8) {
+      act_s8_ = zeros(DType::s8, {m, act_ld_s8_});
+      act_scales_ = zeros(DType::f32, {m});
+    }
+    x_ = device_tensor(DType::f32, {m, d});
+    delta_ = device_tensor(DType::f32, {m, d});
+    qkv_ = device_tensor(DType::f32, {m, shape_.qkv_ld()});
+    gu_ = device_tensor(DType::f32, {m, 2 * f});
+    q_bf16_ = device_tensor(DType::bf16, {m, qd});
+    logits_ = device_tensor(DType::f32, {1, vocab});
+    k_cache_ = zeros(DType::bf16, {n_layers_, c_.n_kv_heads, max_ctx_, hd});
+    v_cache_ = zeros(DType::bf16, {n_layers_, c_.n_kv_heads, max_ctx_, hd});
+    attn_partials_ = device_tensor(DType::f32, {cuda::decode_attention_partial_floats(shape_)});
+    attn_row_ = device_tensor(DType::f32, {qd});
+    attn_counters_ = zeros(DType::s32, {c_.n_kv_heads + 1});
+    d_tokens_ = device_tensor(DType::s32, {m + 1});  // tokens, then the first position
+    d_step_ = device_tensor(DType::s32, {2});        // decode: token, position
+    NIBBLE_CUDA_CHECK(cudaMallocHost(&h_tokens_.p, static_cast<size_t>(m + 1) * 4));
+    NIBBLE_CUDA_CHECK(cudaMallocHost(&h_step_.p, 8));
+    NIBBLE_CUDA_CHECK(cudaMallocHost(&h_logits_.p, static_cast<size_t>(vocab) * 4));
+
+    // RoPE angles p·θ^(−2i/hd), in double, stored as f32 (the CPU backend's table).
+    const int64_t half = hd / 2;
+    std::vector<float> cs(static_cast<size_t>(max_ctx_ * half)), sn(cs.size());
+    for (int64_t p = 0; p < max_ctx_; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const double inv_freq =
+            std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double a = static_cast<double>(p) * inv_freq;
+        cs[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(a));
+        sn[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(a));
+      }
+    cos_ = device_tensor(DType::f32, {max_ctx_, half});
+    sin_ = device_tensor(DType::f32, {max_ctx_, half});
+    NIBBLE_CUDA_CHECK(cudaMemcpy(cos_.data(), cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
+    NIBBLE_CUDA_CHECK(cudaMemcpy(sin_.data(), sn.data(), sn.size() * 4, cudaMemcpyHostToDevice));
+  }
+
+  Tensor zeros(DType dtype, std::vector<int64_t> shape) {
+    Tensor t = device_tensor(dtype, std::move(shape));
+    NIBBLE_CUDA_CHECK(cudaMemset(t.data(), 0, static_cast<size_t>(t.nbytes())));
+    return t;
+  }
+
+  // One eager decode step (position 0, token 0: it writes cache row 0, which any prompt
+  // overwrites) so that everything the step uses exists, then its capture.
+  void capture_decode_graph() {
+    const Stream s = streams_[kDecode].s;
+    auto* step = static_cast<int32_t*>(h_step_.p);
+    step[0] = 0;
+    step[1] = 0;
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
+    enqueue_decode(s);
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));
+    NIBBLE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_decode(s);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(s, &broken);  // leave the stream usable, then report the failure
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      cudaGetLastError();
+      throw;
+    }
+    NIBBLE_CUDA_CHECK(cudaStreamEndCapture(s, &graph_.graph));
+    NIBBLE_CUDA_CHECK(cudaGraphGetNodes(graph_.graph, nullptr, &graph_nodes_));
+    NIBBLE_CUDA_CHECK(cudaGraphInstantiate(&graph_.exec, graph_.graph, 0));
+    NIBBLE_CUDA_CHECK(cudaGraphUpload(graph_.exec, s));
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  // ---- the forward pass -----------------------------------------------------------------------
+
+  ActOutput act_output(ActKind kind) {
+    ActOutput o;
+    o.kind = kind;
+    switch (kind) {
+      case ActKind::bf16:
+        o.data = act_bf16_.data();
+        o.ld = act_ld_;
+        break;
+      case ActKind::f32:
+        o.data = act_f32_.data();
+        o.ld = act_ld_;
+        break;
+      case ActKind::s8_per_token:
+        o.data = act_s8_.data();
+        o.ld = act_ld_s8_;
+        o.scales = static_cast<float*>(act_scales_.data());
+        break;
+    }
+    if (o.data == nullptr)
+      detail::fail(ErrorCode::internal, std::string("nibble::llm: no ") + cuda::to_string(kind) +
+                                            " activation buffer was allocated");
+    return o;
+  }
+
+  // Runs `lin` on what a producer wrote into `in` (`width` real columns per row), y (m, N) f32.
+  void run_linear(const GpuLinear& lin, const ActOutput& in, int64_t m, int64_t width, float* y,
+                  int64_t y_ld, Stream s, cublasHandle_t blas) {
+    const int64_t kp = lin.k_padded();
+    if (kp > width) {  // zero columns up to the padded K (they may hold an earlier row's data)
+      const int64_t e = act_element_bytes(in.kind);
+      NIBBLE_CUDA_CHECK(cudaMemset2DAsync(static_cast<uint8_t*>(in.data) + width * e,
+                                          static_cast<size_t>(in.ld * e), 0,
+                                          static_cast<size_t>((kp - width) * e),
+                                          static_cast<size_t>(m), s));
+    }
+    LinearInput li;
+    if (in.kind == ActKind::s8_per_token) {
+      li.quantized = true;
+      li.qa.scheme = ActScheme::s8_per_token;
+      li.qa.q = strided(in.data, DType::s8, m, kp, in.ld, dev_);
+      li.qa.scales = TensorView::contiguous(in.scales, DType::f32, {m}, dev_);
+    } else {
+      li.x = strided(in.data, in.kind == ActKind::f32 ? DType::f32 : DType::bf16, m, kp, in.ld,
+                     dev_);
+    }
+    LinearScratch scratch;
+    scratch.q = act_s8_.data();
+    scratch.ld = act_ld_s8_;
+    scratch.scales = static_cast<float*>(act_scales_.data());
+    lin.forward(li, scratch, m, strided(y, DType::f32, m, lin.n(), y_ld, dev_), s, blas);
+  }
+
+  // Embedding and every block for m tokens (ids and first position in device memory); leaves
+  // the residual stream in x_ and the last block's down output in delta_.
+  void enqueue_blocks(Phase ph, int64_t m, const int32_t* tokens, const int32_t* pos, Stream s,
+                      cublasHandle_t blas) {
+    const int64_t d = c_.dim, qd = c_.n_heads * c_.head_dim, f = c_.ffn_dim;
+    auto* x = static_cast<float*>(x_.data());
+    auto* delta = static_cast<float*>(delta_.data());
+    auto* qkv = static_cast<float*>(qkv_.data());
+    auto* gu = static_cast<float*>(gu_.data());
+    cuda::launch_embedding(static_cast<const uint16_t*>(emb_.data()), tokens, m, d, x, s);
+    const int64_t cache_stride = c_.n_kv_heads * max_ctx_ * c_.head_dim;
+    for (int64_t l = 0; l < n_layers_; ++l) {
+      const Layer& L = layers_[static_cast<size_t>(l)];
+      auto* kc = static_cast<uint16_t*>(k_cache_.data()) + l * cache_stride;
+      auto* vc = static_cast<uint16_t*>(v_cache_.data()) + l * cache_stride;
+      // Attention.
+      ActOutput h = act_output(L.qkv[ph]->input_kind(fuse_));
+      cuda::launch_add_rmsnorm(x, l == 0 ? nullptr : delta, m, d,
+                               static_cast<const float*>(L.attn_norm.data()), c_.norm_eps, h, s);
+      run_linear(*L.qkv[ph], h, m, d, qkv, shape_.qkv_ld(), s, blas);
+      ActKind att_kind = L.o[ph]->input_kind(fuse_);
+      if (ph == kDecode) {
+        const ActOutput att = act_output(att_kind);
+        cuda::DecodeAttentionWorkspace ws;
+        ws.partials = static_cast<float*>(attn_partials_.data());
+        ws.row_f32 = static_cast<float*>(attn_row_.data());
+        ws.counters = static_cast<int*>(attn_counters_.data());
+        cuda::launch_attention_decode(qkv, pos, shape_, static_cast<const float*>(cos_.data()),
+                                      static_cast<const float*>(sin_.data()), kc, vc, ws, att, s);
+        run_linear(*L.o[ph], att, m, qd, delta, d, s, blas);
+      } else {
+        if (att_kind == ActKind::s8_per_token) att_kind = ActKind::f32;  // o quantizes itself
+        const ActOutput att = act_output(att_kind);
+        auto* q = static_cast<uint16_t*>(q_bf16_.data());
+        const bool timed = !attn_events_.events.empty();
+        if (timed)
+          NIBBLE_CUDA_CHECK(cudaEventRecord(attn_events_.events[static_cast<size_t>(2 * l)], s));
+        cuda::launch_rope_qkv_store(qkv, m, pos, shape_, static_cast<const float*>(cos_.data()),
+                                    static_cast<const float*>(sin_.data()), q, kc, vc, s);
+        cuda::launch_attention_prefill(q, m, pos, shape_, kc, vc, att, s);
+        if (timed)
+          NIBBLE_CUDA_CHECK(
+              cudaEventRecord(attn_events_.events[static_cast<size_t>(2 * l + 1)], s));
+        run_linear(*L.o[ph], att, m, qd, delta, d, s, blas);
+      }
+      // MLP.
+      h = act_output(L.gate_up[ph]->input_kind(fuse_));
+      cuda::launch_add_rmsnorm(x, delta, m, d, static_cast<const float*>(L.ffn_norm.data()),
+                               c_.norm_eps, h, s);
+      run_linear(*L.gate_up[ph], h, m, d, gu, 2 * f, s, blas);
+      const ActOutput a = act_output(L.down[ph]->input_kind(fuse_));
+      cuda::launch_swiglu(gu, m, f, a, s);
+      run_linear(*L.down[ph], a, m, f, delta, d, s, blas);
+    }
+  }
+
+  // The final norm and the output projection of rows [m − rows, m): logits (rows, vocab) f32.
+  void enqueue_head(int64_t m, int64_t rows, float* logits, Stream s, cublasHandle_t blas) {
+    const int64_t d = c_.dim, r0 = m - rows;
+    auto* x = static_cast<float*>(x_.data()) + r0 * d;
+    auto* delta = static_cast<float*>(delta_.data()) + r0 * d;
+    const ActOutput h = act_output(head_->input_kind(fuse_));
+    cuda::launch_add_rmsnorm(x, n_layers_ > 0 ? delta : nullptr, rows, d,
+                             static_cast<const float*>(out_norm_.data()), c_.norm_eps, h, s);
+    run_linear(*head_, h, rows, d, logits, c_.vocab_size, s, blas);
+  }
+
+  void enqueue_decode(Stream s) {
+    const auto* step = static_cast<const int32_t*>(d_step_.data());
+    enqueue_blocks(kDecode, 1, step, step + 1, s, blas_[kDecode].h);
+    enqueue_head(1, 1, static_cast<float*>(logits_.data()), s, blas_[kDecode].h);
+  }
+
+  void decode_step(int32_t token, int64_t pos, std::vector<float>& logits) {
+    const Stream s = streams_[kDecode].s;
+    auto* step = static_cast<int32_t*>(h_step_.p);
+    step[0] = token;
+    step[1] = static_cast<int32_t>(pos);
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
+    if (graph_.exec != nullptr)
+      NIBBLE_CUDA_CHECK(cudaGraphLaunch(graph_.exec, s));
+    else
+      enqueue_decode(s);
+    const auto vocab = static_cast<size_t>(c_.vocab_size);
+    NIBBLE_CUDA_CHECK(
+        cudaMemcpyAsync(h_logits_.p, logits_.data(), vocab * 4, cudaMemcpyDeviceToHost, s));
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));
+    const auto* hl = static_cast<const float*>(h_logits_.p);
+    logits.assign(hl, hl + vocab);
+  }
+
+  void prefill(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
+               std::vector<float>& logits) {
+    const Stream s = streams_[kPrefill].s;
+    cublasHandle_t blas = blas_[kPrefill].h;
+    const auto m = static_cast<int64_t>(tokens.size());
+    const int64_t vocab = c_.vocab_size;
+    logits.resize(static_cast<size_t>((all_logits ? m : 1) * vocab));
+    if (all_logits && !logits_all_.defined()) logits_all_ = device_tensor(DType::f32, {m_max_, vocab});
+    auto* staged = static_cast<int32_t*>(h_tokens_.p);
+    double attention_seconds = 0.0;
+    for (int64_t c0 = 0; c0 < m; c0 += m_max_) {
+      const int64_t mc = std::min(m_max_, m - c0);
+      std::copy_n(tokens.data() + c0, mc, staged);
+      staged[mc] = static_cast<int32_t>(pos + c0);
+      auto* dt = static_cast<int32_t*>(d_tokens_.data());
+      NIBBLE_CUDA_CHECK(cudaMemcpyAsync(dt, staged, static_cast<size_t>(mc + 1) * 4,
+                                        cudaMemcpyHostToDevice, s));
+      enqueue_blocks(kPrefill, mc, dt, dt + mc, s, blas);
+      const bool last = c0 + mc == m;
+      if (all_logits) {
+        enqueue_head(mc, mc, static_cast<float*>(logits_all_.data()), s, blas);
+        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(logits.data() + c0 * vocab, logits_all_.data(),
+                                          static_cast<size_t>(mc * vocab) * 4,
+                                          cudaMemcpyDeviceToHost, s));
+      } else if (last) {
+        enqueue_head(mc, 1, static_cast<float*>(logits_.data()), s, blas);
+        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_.data(),
+                                          static_cast<size_t>(vocab) * 4, cudaMemcpyDeviceToHost,
+                                          s));
+      }
+      NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));  // the staging buffer is reused next chunk
+      for (size_t i = 0; i + 1 < attn_events_.events.size(); i += 2) {
+        float ms = 0.0f;
+        NIBBLE_CUDA_CHECK(
+            cudaEventElapsedTime(&ms, attn_events_.events[i], attn_events_.events[i + 1]));
+        attention_seconds += ms * 1e-3;
+      }
+    }
+    last_attention_seconds_ = attn_events_.events.empty() ? -1.0 : attention_seconds;
+    sample_memory();
+  }
+
+  // ---- memory ---------------------------------------------------------------------------------
+
+  int64_t device_used_bytes() const {
+    size_t free_b = 0, total_b = 0;
+    NIBBLE_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return static_cast<int64_t>(total_b - free_b);
+  }
+  void sample_memory() const { peak_used_ = std::max(peak_used_, device_used_bytes()); }
+
+  // Declaration order is destruction order reversed: the graph and cuBLAS handles go before
+  // the streams they use; tensors free themselves (cudaFree synchronizes).
+  ModelConfig c_;
+  Device dev_;
+  DeviceInfo info_;
+  bool fuse_ = true;
+  LinearStrategy strategy_;
+  std::string head_mode_;
+  cuda::AttentionShape shape_;
+  int64_t n_layers_ = 0, max_ctx_ = 0, m_max_ = 0;
+  bool random_on_device_ = false;
+  uint64_t random_seed_ = 0;
+  int64_t baseline_used_ = 0, allocated_bytes_ = 0;
+  mutable int64_t peak_used_ = 0;
+
+  StreamHandle streams_[2];
+  Tensor blas_workspace_[2];
+  BlasHandle blas_[2];
+
+  Tensor emb_;  // (vocab, D) bf16
+  std::unique_ptr<GpuLinear> head_;
+  Tensor out_norm_;
+  std::vector<Layer> layers_;
+
+  int64_t act_ld_ = 0, act_ld_s8_ = 0;
+  Tensor act_bf16_, act_f32_, act_s8_, act_scales_;  // a linear layer's input, (m_max, ld)
+  Tensor x_, delta_, qkv_, gu_, q_bf16_, logits_, logits_all_;
+  Tensor k_cache_, v_cache_;  // (layers, Hkv, max_ctx, hd) bf16
+  Tensor cos_, sin_;
+  Tensor attn_partials_, attn_row_, attn_counters_;
+  Tensor d_tokens_, d_step_;
+  PinnedBuffer h_tokens_, h_step_, h_logits_;
+  GraphHandles graph_;
+  size_t graph_nodes_ = 0;
+  EventList attn_events_;  // (start, stop) per layer when timing the prefill attention
+  double last_attention_seconds_ = -1.0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(ModelFiles& files, const BackendOptions& options,
+                                           int ordinal) {
+  return std::make_unique<CudaBackend>(files, options, ordinal);
+}
+
+}  // namespace nibble::llm

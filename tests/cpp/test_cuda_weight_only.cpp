@@ -1,0 +1,214 @@
+// GPU tests of the weight-only tensor-core kernel (sm80_weight_only_gemm: W4A16, W8A16) with
+// packed weights, against the CPU reference on the same quantized weights and the same 16-bit
+// activations.
+#include <gtest/gtest.h>
+
+#if NIBBLE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "nibble/nibble.h"
+
+namespace nibble {
+namespace {
+
+// Every tile bucket and its edges (16 / 32 / 64 / 128-row tiles).
+const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 100, 127, 128, 255, 1000};
+
+// Relative Frobenius error of the kernel against the reference on the same operands.
+//   Per channel the integer weight enters the tensor cores exactly and the scale multiplies the
+//   f32 sum: only summation order differs (f32 outputs), or the output rounding (16-bit).
+//   Group-wise each weight is rounded once to the activation type after its scale: independent
+//   relative errors ≤ 2⁻⁹ (bf16) / 2⁻¹² (f16), RMS about that over √3 (1.1e-3 / 1.4e-4).
+double tolerance(const LinearFormat& f, DType x, DType out) {
+  const double out_rounding = out == DType::f32 ? 1e-5 : out == DType::f16 ? 1e-3 : 5e-3;
+  if (f.weight.per_channel()) return out_rounding;
+  const double weight_rounding = x == DType::bf16 ? 3e-3 : 4e-4;
+  return out_rounding + weight_rounding;
+}
+
+struct Case {
+  const char* format;
+  DType x;
+  DType out;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.format << "_x" << to_string(c.x) << "_" << to_string(c.out);
+}
+
+class CudaWeightOnlyLinear : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaWeightOnlyLinear, MatchesReferenceOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  const Case c = GetParam();
+  const LinearFormat f = parse_linear_format(c.format);
+  test::Rng rng;  // fresh seed, printed on failure
+  // K = 352 and 2056 are not multiples of the layout's 128 (zero-filled tail; 2056 is only a
+  // multiple of 8); N = 20 takes the unaligned store path; 1000 × 1536 several N tiles.
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256},
+                                            {264, 2056}};
+  for (auto [n, k] : nk) {
+    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+    const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
+    QuantizedWeight qw(f.weight, n, k);
+    quantize_weight(w.view(), qw.view());
+    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+    const Tensor bias_d = bias.to(Device::cuda());
+    const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+    for (int64_t m : kOddM) {
+      SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" +
+                   std::to_string(k));
+      const Tensor x = test::random_activations(c.x, m, k, rng);
+      Tensor ref = Tensor::empty(c.out, {m, n});
+      linear(x.view(), qw.view(), &bias_v, ref.view());
+      const Tensor xd = x.to(Device::cuda());
+      Tensor got = Tensor::empty(c.out, {m, n}, Device::cuda());
+      got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
+      linear(xd.view(), wd.view(), &bias_dv, got.view());
+      synchronize(Device::cuda());
+      ASSERT_LE(rel_error(got, ref), tolerance(f, c.x, c.out));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CudaWeightOnlyLinear,
+    ::testing::Values(Case{"w4a16_pc", DType::bf16, DType::f32},
+                      Case{"w4a16_pc", DType::f16, DType::f16},
+                      Case{"w4a16_g128", DType::bf16, DType::bf16},
+                      Case{"w4a16_g128", DType::f16, DType::f32},
+                      Case{"w4a16_g32", DType::bf16, DType::f32},
+                      Case{"w4a16_g128_asym", DType::bf16, DType::bf16},
+                      Case{"w4a16_g64_asym", DType::f16, DType::f32},
+                      Case{"w4a16_g128_fzp", DType::bf16, DType::f32},
+                      Case{"w4a16_g256_fzp", DType::f16, DType::f16},
+                      Case{"w8a16", DType::bf16, DType::bf16},
+                      Case{"w8a16", DType::f16, DType::f32},
+                      Case{"w8a16_g128", DType::bf16, DType::f32}),
+    [](const auto& p) {
+      return std::string(p.param.format) + "_x" + to_string(p.param.x) + "_" +
+             to_string(p.param.out);
+    });
+
+TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
+  NIBBLE_REQUIRE_GPU();
+  // Per channel with unit scales the kernel computes Σ x·v exactly in f32 for small integer x:
+  // all weights at their extremes (−8 / 7, −128 / 127) and x = ±1 give exact integer sums.
+  for (const char* name : {"w4a16_pc", "w8a16"}) {
+    SCOPED_TRACE(name);
+    const LinearFormat f = parse_linear_format(name);
+    const int64_t m = 3, n = 16, k = 4096;
+    const bool w8 = f.weight.scheme == WeightScheme::s8_sym;
+    for (int lo_hi = 0; lo_hi < 2; ++lo_hi) {
+      QuantizedWeight qw(f.weight, n, k);
+      const int v = lo_hi == 0 ? (w8 ? -128 : -8) : (w8 ? 127 : 7);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t kk = 0; kk < k; ++kk) store_int(qw.q.data(), qw.q.view().dtype, r * k + kk, v);
+        store_float(qw.scales.data(), qw.scales.view().dtype, r, 1.0f);
+      }
+      Tensor x = Tensor::empty(DType::bf16, {m, k});
+      for (int64_t i = 0; i < m * k; ++i) store_float(x.data(), DType::bf16, i, i % 3 == 0 ? -1.0f : 1.0f);
+      Tensor ref = Tensor::empty(DType::f32, {m, n});
+      linear(x.view(), qw.view(), nullptr, ref.view());
+      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+      const Tensor xd = x.to(Device::cuda());
+      Tensor got = Tensor::empty(DType::f32, {m, n}, Device::cuda());
+      got.fill_bytes(0xFF);
+      linear(xd.view(), wd.view(), nullptr, got.view());
+      synchronize(Device::cuda());
+      EXPECT_TRUE(same_bytes(got, ref));
+    }
+  }
+}
+
+TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;  // fresh seed, printed on failure
+  const int64_t n = 512, k = 8192;  // few tiles, long K: split-K is chosen
+  const LinearFormat f = parse_linear_format("w4a16_g128_asym");
+  QuantizedWeight qw(f.weight, n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+  for (int64_t m : {1, 5, 40}) {
+    SCOPED_TRACE("M=" + std::to_string(m));
+    const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
+    Tensor d1 = Tensor::empty(DType::bf16, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
+    linear(xd.view(), wd.view(), nullptr, d1.view());
+    for (int i = 0; i < 5; ++i) linear(xd.view(), wd.view(), nullptr, d2.view());
+    synchronize(Device::cuda());
+    EXPECT_TRUE(same_bytes(d1, d2));
+    const std::string why = explain(f, m, n, k, Device::cuda());
+    EXPECT_NE(why.find("sm80_weight_only_gemm"), std::string::npos) << why;
+    EXPECT_NE(why.find("split-K"), std::string::npos) << why;
+  }
+}
+
+#if NIBBLE_WITH_CUDA
+TEST(CudaWeightOnly, CapturedGraphReplaysTheSameResult) {
+  NIBBLE_REQUIRE_GPU();
+  // Decode runs a linear inside a CUDA graph: nothing in the call may allocate or synchronize
+  // once warmed up (the split-K workspace is allocated by the first call on a stream).
+  test::Rng rng;
+  const int64_t m = 1, n = 4096, k = 4096;
+  const LinearFormat f = parse_linear_format("w4a16_g128");
+  QuantizedWeight qw(f.weight, n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+  const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
+  Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+  Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  linear(xd.view(), wd.view(), nullptr, eager.view(), stream);  // warm-up: workspace
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  replay.fill_bytes(0xFF);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  linear(xd.view(), wd.view(), nullptr, replay.view(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(same_bytes(replay, eager));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+#endif
+
+TEST(CudaWeightOnly, RejectsF32ActivationsAndMisalignedRowsBeforeLaunch) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;
+  const int64_t m = 2, n = 16, k = 128;
+  QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng).view(), qw.view());
+  const PackedWeight wd = pack_weight(qw.view(), WeightLayout::w4_mma16_k128, Device::cuda());
+  Tensor d = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+  const Tensor x32 = test::random_activations(DType::f32, m, k, rng).to(Device::cuda());
+  try {
+    linear(x32.view(), wd.view(), nullptr, d.view());
+    FAIL() << "expected a dtype error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+  Tensor wide = Tensor::empty(DType::bf16, {m, k + 4}, Device::cuda());
+  TensorView v = wide.view();
+  v.shape[1] = k;  // rows of 264 bytes: not a multiple of 16
+  try {
+    linear(v, wd.view(), nullptr, d.view());
+    FAIL() << "expected an alignment error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nibble
