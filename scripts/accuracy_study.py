@@ -245,8 +245,9 @@ def plot(res, path, bf16):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     c = res["cells"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True)
-    for ax, (act, bits) in zip(axes, (("a8", 4), ("a8", 3), ("a16", 4))):
+    panels = (("a8", 8), ("a8", 4), ("a16", 4), ("a8", 3))
+    fig, axes = plt.subplots(1, len(panels), figsize=(18, 4.6))
+    for ax, (act, bits) in zip(axes, panels):
         for m, style in zip(METHODS, ("o-", "s-", "^--", "v--")):
             ys = [c.get(key(act, bits, g, m), {}).get("ppl") for g in GRANS]
             xs = [i for i, y in enumerate(ys) if y is not None]
@@ -257,8 +258,9 @@ def plot(res, path, bf16):
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("perplexity (held-out Austen, 2,044 tokens; log scale)")
-    axes[0].legend()
-    fig.suptitle("SmolLM2-135M-Instruct: perplexity by granularity and method")
+    axes[1].legend()
+    fig.suptitle("SmolLM2-135M-Instruct: perplexity by granularity and method (simulated "
+                 "formats; each panel its own scale; 2-bit: tables)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
