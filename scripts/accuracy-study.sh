@@ -3,8 +3,9 @@
 # (bits × granularity × method × W8A8/W4A8/W4A16 on SmolLM2-135M-Instruct and the held-out
 # Austen text). Builds nibble (CPU), fetches the model and the texts, makes a venv with
 # matplotlib (PyPI) for the plot, then runs scripts/accuracy_study.py, which keeps its results
-# in build/accuracy/accuracy.json cell by cell (an interrupted run resumes; delete the file to
-# start over). About 75 minutes on a 2-core machine; `--report` only re-renders from the JSON.
+# in docs/accuracy.json cell by cell (an interrupted run resumes; delete the file to
+# start over). 75–120 minutes on a 2-core machine (docs/accuracy.md, Runtime); `--report` only
+# re-renders the tables and the plot from the JSON.
 #   usage: scripts/accuracy-study.sh [--report]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import matplotlib" 2>
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check matplotlib
 fi
 if [ "${1:-}" = "--report" ]; then
-  exec "$venv/bin/python" scripts/accuracy_study.py --report --json "$out/accuracy.json" \
+  exec "$venv/bin/python" scripts/accuracy_study.py --report --json docs/accuracy.json \
     --doc docs/accuracy.md --plot docs/accuracy.png
 fi
 scripts/ensure-deps.sh
@@ -27,5 +28,5 @@ model="$(scripts/get-model.sh)"
 heldout="$(python3 scripts/get-austen.py | tail -1)"
 train="$(dirname "$heldout")/austen-train.txt"
 exec "$venv/bin/python" scripts/accuracy_study.py --nibble "build/$preset/nibble" \
-  --model "$model" --train "$train" --heldout "$heldout" --json "$out/accuracy.json" \
+  --model "$model" --train "$train" --heldout "$heldout" --json docs/accuracy.json \
   --doc docs/accuracy.md --plot docs/accuracy.png
