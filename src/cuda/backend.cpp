@@ -21,7 +21,11 @@ float act_qmax(ActScheme s) {
   return s == ActScheme::s4_per_token ? 7.0f : s == ActScheme::e4m3_per_token ? 448.0f : 127.0f;
 }
 
-ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& out) {
+}  // namespace
+
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         const ActQuantFusion& fusion, Stream stream, float static_scale) {
+  detail::DeviceGuard guard(x.device.index);
   ActQuantArgs args;
   args.m = x.size(0);
   args.k = x.size(1);
@@ -31,22 +35,15 @@ ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& 
   args.q_row_stride = out.q.stride(0);
   args.scales = static_cast<float*>(out.scales.data);
   args.qmax = act_qmax(out.scheme);
-  return args;
-}
-
-}  // namespace
-
-void quantize_activation(const TensorView& x, const QuantizedActivationView& out, Stream stream) {
-  detail::DeviceGuard guard(x.device.index);
-  launch_act_quant(act_quant_args(x, out), stream);
-}
-
-void quantize_activation_static(const TensorView& x, float scale,
-                                const QuantizedActivationView& out, Stream stream) {
-  detail::DeviceGuard guard(x.device.index);
-  ActQuantArgs args = act_quant_args(x, out);
-  args.static_scale = scale;
-  launch_act_quant(args, stream);
+  args.static_scale = static_scale;
+  args.rms_weight = operand(fusion.rms_weight);
+  args.rms_eps = fusion.rms_eps;
+  args.smooth = operand(fusion.smooth);
+  if (fusion.normed.data != nullptr) {
+    args.normed = fusion.normed.data;
+    args.normed_row_stride = fusion.normed.stride(0);
+  }
+  launch_act_quant(args, plan_act_quant(args, cuda_device_info(x.device.index).sm_count), stream);
 }
 
 void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Stream stream) {
