@@ -15,34 +15,10 @@
 
 namespace nibble::cuda {
 
-namespace {
-
-float act_qmax(ActScheme s) {
-  return s == ActScheme::s4_per_token ? 7.0f : s == ActScheme::e4m3_per_token ? 448.0f : 127.0f;
-}
-
-}  // namespace
-
 void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
                          const ActQuantFusion& fusion, Stream stream, float static_scale) {
   detail::DeviceGuard guard(x.device.index);
-  ActQuantArgs args;
-  args.m = x.size(0);
-  args.k = x.size(1);
-  args.x = operand(x);
-  args.q = out.q.data;
-  args.q_dtype = out.q.dtype;
-  args.q_row_stride = out.q.stride(0);
-  args.scales = static_cast<float*>(out.scales.data);
-  args.qmax = act_qmax(out.scheme);
-  args.static_scale = static_scale;
-  args.rms_weight = operand(fusion.rms_weight);
-  args.rms_eps = fusion.rms_eps;
-  args.smooth = operand(fusion.smooth);
-  if (fusion.normed.data != nullptr) {
-    args.normed = fusion.normed.data;
-    args.normed_row_stride = fusion.normed.stride(0);
-  }
+  const ActQuantArgs args = act_quant_args(x, out, fusion, static_scale);
   launch_act_quant(args, plan_act_quant(args, cuda_device_info(x.device.index).sm_count), stream);
 }
 

@@ -56,7 +56,6 @@ namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
 constexpr int kMaxChunks = 8;     // 32 registers of x per thread
-constexpr int kRowThreads = 256;  // short rows are packed into blocks of this many threads
 
 // ---- element types --------------------------------------------------------------------------
 
@@ -381,28 +380,56 @@ int ceil_log2(int64_t v) {
   return l;
 }
 
+float act_qmax(ActScheme s) {
+  return s == ActScheme::s4_per_token ? 7.0f : s == ActScheme::e4m3_per_token ? 448.0f : 127.0f;
+}
+
 }  // namespace
 
-ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count) {
+ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& out,
+                            const ActQuantFusion& fusion, float static_scale) {
+  ActQuantArgs args;
+  args.m = x.size(0);
+  args.k = x.size(1);
+  args.x = operand(x);
+  args.q = out.q.data;
+  args.q_dtype = out.q.dtype;
+  args.q_row_stride = out.q.stride(0);
+  args.scales = static_cast<float*>(out.scales.data);
+  args.qmax = act_qmax(out.scheme);
+  args.static_scale = static_scale;
+  args.rms_weight = operand(fusion.rms_weight);
+  args.rms_eps = fusion.rms_eps;
+  args.smooth = operand(fusion.smooth);
+  if (fusion.normed.data != nullptr) {
+    args.normed = fusion.normed.data;
+    args.normed_row_stride = fusion.normed.stride(0);
+  }
+  return args;
+}
+
+ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
+                            const ActQuantPlanOptions& options) {
   ActQuantPlan plan;
   const int64_t x_bytes = dtype_bits(a.x.dtype) / 8;
   plan.vec = static_cast<int>(16 / x_bytes);
   plan.rms_bits = 62 - ceil_log2(a.k);
   const int64_t chunks = (a.k + plan.vec - 1) / plan.vec;
-  if (chunks > int64_t{kMaxThreads} * kMaxChunks) {
+  const int64_t max_chunks = std::clamp(options.max_chunks, 1, kMaxChunks);
+  // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
+  // row's loads are then all in flight at once and its reductions span few warps.
+  plan.threads_per_row = static_cast<int>(std::clamp<int64_t>(
+      int64_t{1} << ceil_log2((chunks + max_chunks - 1) / max_chunks), 32, kMaxThreads));
+  plan.chunks_per_thread =
+      1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
+  if (plan.chunks_per_thread > kMaxChunks) {
     plan.threads_per_row = kMaxThreads;
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;
   } else {
-    // At most 8 chunks a thread, as few threads as that allows (at least a warp): the row's
-    // loads are then all in flight at once and its reductions span few warps.
-    plan.threads_per_row = static_cast<int>(
-        std::clamp<int64_t>(int64_t{1} << ceil_log2((chunks + kMaxChunks - 1) / kMaxChunks), 32,
-                            kMaxThreads));
-    plan.chunks_per_thread = 1 << ceil_log2((chunks + plan.threads_per_row - 1) /
-                                            plan.threads_per_row);
     // Short rows share blocks, but never so many that fewer than two blocks per SM remain.
-    plan.rows_per_block = std::max(1, kRowThreads / plan.threads_per_row);
+    plan.rows_per_block = std::max(1, std::min(options.block_threads, kMaxThreads) /
+                                          plan.threads_per_row);
     while (plan.rows_per_block > 1 &&
            (a.m + plan.rows_per_block - 1) / plan.rows_per_block < 2 * int64_t{sm_count})
       plan.rows_per_block /= 2;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/common/operand.h"
+#include "nibble/quantize.h"
 #include "nibble/types.h"
 
 namespace nibble::cuda {
@@ -42,8 +43,20 @@ struct ActQuantPlan {
   int threads() const { return threads_per_row * rows_per_block; }
 };
 
+/// The arguments of a validated call (static_scale 0: per token).
+ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& out,
+                            const ActQuantFusion& fusion, float static_scale);
+
+/// What the planner aims for; the defaults are what the library runs (`nibble bench
+/// act-quant --sweep` times the alternatives).
+struct ActQuantPlanOptions {
+  int max_chunks = 8;       ///< chunks a thread holds at most (1, 2, 4 or 8)
+  int block_threads = 256;  ///< short rows share blocks of about this many threads
+};
+
 /// The split for these arguments on a GPU with `sm_count` SMs.
-ActQuantPlan plan_act_quant(const ActQuantArgs& args, int sm_count);
+ActQuantPlan plan_act_quant(const ActQuantArgs& args, int sm_count,
+                            const ActQuantPlanOptions& options = {});
 /// E.g. "act_quant bf16->s8, 64 threads/row x 8 chunks in registers, 4 rows/block, 16-byte".
 std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args);
 
