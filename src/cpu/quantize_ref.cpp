@@ -188,8 +188,10 @@ float rms_mean_square(const float* row, int64_t k) {
     const double sq = static_cast<double>(row[i]) * static_cast<double>(row[i]);  // exact
     sum += static_cast<uint64_t>(std::nearbyint(std::ldexp(sq, bits - 2 * e)));
   }
-  return static_cast<float>(std::ldexp(static_cast<double>(sum), 2 * e - bits) /
-                            static_cast<double>(k));
+  // The mean multiplies by RN64(1/K) rather than dividing: one product, the same bits on a GPU
+  // without a division subroutine.
+  return static_cast<float>(std::ldexp(static_cast<double>(sum), 2 * e - bits) *
+                            (1.0 / static_cast<double>(k)));
 }
 
 FusedActivation fuse_activation(const TensorView& x, const ActQuantFusion& fusion) {

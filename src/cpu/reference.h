@@ -31,7 +31,7 @@ void store_normed(const FusedActivation& a, const TensorView& normed);
 
 /// RMSNorm's mean of squares of a row (docs/formats.md §6.1): with amax = max|x| < 2^e, the
 /// terms rne(x² · 2^(bits − 2e)) are summed exactly in a uint64, and
-/// ms = f32(f64(sum) · 2^(2e − bits) / K); 0 for a zero row.
+/// ms = f32(f64(sum) · 2^(2e − bits) · RN64(1/K)); 0 for a zero row.
 float rms_mean_square(const float* row, int64_t k);
 /// bits = 62 − ceil(log2 K): K terms of at most 2^bits sum to at most 2^62.
 int rms_fixed_point_bits(int64_t k);

@@ -461,7 +461,7 @@ inline std::vector<double> linear_f64(const std::vector<double>& a, const std::v
 
 /// RMSNorm's mean of squares of one row, from docs/formats.md §6.1 (written here, not shared
 /// with src/): with max|x| < 2^e and bits = 62 − ceil(log2 K), the terms rne(x² · 2^(bits−2e))
-/// are summed as integers and ms = f32(f64(sum) · 2^(2e−bits) / K); 0 for a zero row.
+/// are summed as integers and ms = f32(f64(sum) · 2^(2e−bits) · RN64(1/K)); 0 for a zero row.
 inline float rms_mean_square(const std::vector<float>& row) {
   const int64_t k = static_cast<int64_t>(row.size());
   float amax = 0;
@@ -475,7 +475,7 @@ inline float rms_mean_square(const std::vector<float>& row) {
   uint64_t sum = 0;
   for (float v : row)
     sum += static_cast<uint64_t>(std::nearbyint(std::ldexp(double(v) * double(v), bits - 2 * e)));
-  return static_cast<float>(std::ldexp(static_cast<double>(sum), 2 * e - bits) / double(k));
+  return static_cast<float>(std::ldexp(static_cast<double>(sum), 2 * e - bits) * (1.0 / double(k)));
 }
 
 /// The normalized rows y (M, K) of RMSNorm (docs/formats.md §6.1), row-major, as f32 values of

@@ -167,7 +167,7 @@ def rmsnorm_mirror(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
             e = math.frexp(amax)[1]
             terms = np.rint(np.ldexp(row.astype(np.float64) ** 2, bits - 2 * e)).astype(np.uint64)
             total = int(terms.sum(dtype=np.uint64))
-            ms = np.float32(math.ldexp(float(total), 2 * e - bits) / k)
+            ms = np.float32(math.ldexp(float(total), 2 * e - bits) * (1.0 / k))
         r = np.float32(1) / np.sqrt(np.float32(ms) + np.float32(eps))
         n = (row * r).astype(x.dtype).astype(np.float32)
         y[m] = (n * w.astype(np.float32)).astype(x.dtype)

@@ -12,9 +12,12 @@
 //   e4m3                q    = e4m3_satfinite(v / s), qmax = 448
 //   static              q    = clamp(rne(v / scale), ±127)
 //
-// Every float operation is an explicitly rounded IEEE one (__fmul_rn, __fdiv_rn, __fsqrt_rn,
-// __dmul_rn, ...: never contracted into an FMA), in the reference's order, so q, the scales
-// and y are bit-identical to the CPU. The sum of squares is an integer sum, exact in any order.
+// Every float operation gives the bits of the reference's IEEE operation, in its order:
+// products are explicitly rounded (__fmul_rn, __dmul_rn: never contracted into an FMA), and
+// divisions and the square root are correctly rounded sequences of multiplications and FMAs
+// (common/rounded_math.h) instead of __fdiv_rn / __fsqrt_rn, whose slow-path subroutine calls
+// make ptxas spill registers around them in a kernel that holds a row in registers. So q, the
+// scales and y are bit-identical to the CPU. The sum of squares is an integer sum.
 //
 // Operands: any row stride, K contiguous; s4 output packs element 2i in the low nibble.
 // Work split (ASCII below; docs/kernels.md "act_quant"): a row is cut into 16-byte chunks of
@@ -47,6 +50,7 @@
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "common/rounded_math.h"
 #include "cuda/common/element.cuh"
 #include "cuda/generic/act_quant.h"
 
@@ -55,7 +59,8 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
-constexpr int kMaxChunks = 8;     // 32 registers of x per thread
+constexpr int kMaxChunks = 8;     // 32 registers of x per thread (unfused calls)
+constexpr int kMaxFusedChunks = 4;
 
 // ---- element types --------------------------------------------------------------------------
 
@@ -144,10 +149,20 @@ __device__ __forceinline__ void store(U* p, const Pack<U, V>& pk, int n, bool ve
 
 // ---- quantization of one value --------------------------------------------------------------
 
-__device__ __forceinline__ int quantize_int(float v, float s, float qmax) {
-  if (s == 0.0f) return 0;
-  const float q = rintf(__fdiv_rn(v, s));  // rintf: round half to even
-  return static_cast<int>(fminf(fmaxf(q, -qmax), qmax));
+// e with 2^(e−1) ≤ a < 2^e for finite a > 0 (std::frexp's exponent), from the bits.
+__device__ __forceinline__ int frexp_exponent(float a) {
+  const uint32_t bits = __float_as_uint(a) & 0x7FFFFFFFu;
+  const int biased = static_cast<int>(bits >> 23);
+  return biased != 0 ? biased - 126 : (32 - __clz(static_cast<int>(bits))) - 149;
+}
+// 2^n as a double, for |n| ≤ 1022.
+__device__ __forceinline__ double pow2_f64(int n) {
+  return __longlong_as_double(static_cast<long long>(n + 1023) << 52);
+}
+// 2^n as a float, for −149 ≤ n ≤ 127.
+__device__ __forceinline__ float pow2_f32(int n) {
+  return n >= -126 ? __uint_as_float(static_cast<uint32_t>(n + 127) << 23)
+                   : __uint_as_float(1u << (n + 149));
 }
 
 // |v| as ordered bits: for non-negative floats the integer order is the float order, and a NaN
@@ -211,8 +226,10 @@ struct RowChunks {
   }
 
   // f(c, x[V], n) for each of this thread's chunks c (x as f32, zeros past the n valid ones).
-  template <class F>
-  __device__ void visit(F&& f) const {
+  // kKeep: f may change x to other values of T, which replace the chunk held in registers
+  // (the RMSNorm output y, so that the last pass need not compute it again).
+  template <bool kKeep = false, class F>
+  __device__ void visit(F&& f) {
     if (!live) return;
     float x[V];
     if constexpr (kChunks > 0) {
@@ -223,6 +240,10 @@ struct RowChunks {
 #pragma unroll
         for (int i = 0; i < V; ++i) x[i] = Elem<T>::to_f32(raw[j].v[i]);
         f(c, x, valid(c));
+        if constexpr (kKeep) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) raw[j].v[i] = Elem<T>::from_f32(x[i]);
+        }
       }
     } else {
       for (int64_t c = lane; c < chunks; c += stride) {
@@ -235,7 +256,8 @@ struct RowChunks {
   }
 };
 
-template <class T, DType kQ, int kChunks>
+// kStatic: per-tensor int8 with p.static_scale (kQ = s8); otherwise a dynamic scale per row.
+template <class T, DType kQ, bool kStatic, int kChunks>
 __global__ void __launch_bounds__(kMaxThreads)
     act_quant_kernel(const ActQuantArgs p, const ActQuantPlan plan) {
   constexpr int V = 16 / sizeof(T);
@@ -255,7 +277,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   row.load();  // every load of the row is in flight before the first reduction waits
 
   // RMSNorm's r. Every thread takes part in the reductions, rows of zeros and rows past M too.
-  const bool norm = p.rms_weight.data != nullptr, smooth = p.smooth.data != nullptr;
+  // The 8-chunk instances leave no registers for the fusions (the planner never picks them for
+  // a fused call): compiling the fusions out keeps them free of spills.
+  constexpr bool kFusable = kChunks != kMaxChunks;
+  const bool norm = kFusable && p.rms_weight.data != nullptr;
+  const bool smooth = kFusable && p.smooth.data != nullptr;
   float r = 0.0f;
   if (norm) {
     uint32_t amax = 0;
@@ -264,9 +290,10 @@ __global__ void __launch_bounds__(kMaxThreads)
       for (int i = 0; i < V; ++i) amax = max(amax, abs_bits(x[i]));
     });
     amax = row_reduce(amax, MaxOp{}, red_max, tpr);
-    int e = 0;
-    frexpf(__uint_as_float(amax), &e);  // amax < 2^e, so each term below is ≤ 2^rms_bits
-    const double up = ldexp(1.0, plan.rms_bits - 2 * e);
+    // amax < 2^e, so each term below is at most 2^rms_bits (e is garbage for a NaN or
+    // infinite row, whose scale is then non-finite anyway).
+    const int e = amax != 0 && amax < 0x7F800000u ? frexp_exponent(__uint_as_float(amax)) : 0;
+    const double up = pow2_f64(plan.rms_bits - 2 * e);
     unsigned long long sum = 0;
     if (amax != 0)
       row.visit([&](int64_t, const float(&x)[V], int) {
@@ -277,38 +304,80 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
       });
     sum = row_reduce(sum, SumOp{}, red_sum, tpr);
-    const float ms = __double2float_rn(__ddiv_rn(
-        __dmul_rn(__ull2double_rn(sum), ldexp(1.0, 2 * e - plan.rms_bits)), double(p.k)));
-    r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, p.rms_eps)));
+    const float ms = __double2float_rn(__dmul_rn(
+        __dmul_rn(__ull2double_rn(sum), pow2_f64(2 * e - plan.rms_bits)), plan.inv_k));
+    // r = RN(1 / RN(sqrt(RN(ms + eps)))), each correctly rounded without a subroutine call.
+    const float t = __fadd_rn(ms, p.rms_eps);
+    const float u = detail::sqrt_rn(t, detail::rsqrt_seed(t));
+    r = detail::divide_rn(1.0f, u, detail::reciprocal_seed(u));
   }
 
-  // y (normalized, in T's precision) and v (the value quantized) of one chunk.
-  const auto fuse = [&](int64_t c, const float(&x)[V], int n, float(&y)[V], float(&v)[V]) {
+  // y (normalized, in T's precision) and v (the value quantized) of one chunk; x is y already
+  // when `normalized` (the registers hold y after the dynamic scale's pass).
+  const auto fuse = [&](int64_t c, const float(&x)[V], int n, bool normalized, float(&y)[V],
+                        float(&v)[V]) {
     float w[V], sm[V];
-    if (norm) load_channels<V>(p.rms_weight, c * V, n, plan.vectorized, 0.0f, w);
+    const bool apply_norm = norm && !normalized;
+    if (apply_norm) load_channels<V>(p.rms_weight, c * V, n, plan.vectorized, 0.0f, w);
     if (smooth) load_channels<V>(p.smooth, c * V, n, plan.vectorized, 1.0f, sm);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      y[i] = norm ? round_to<T>(__fmul_rn(round_to<T>(__fmul_rn(x[i], r)), w[i])) : x[i];
-      v[i] = smooth ? __fdiv_rn(y[i], sm[i]) : y[i];
+      y[i] = apply_norm ? round_to<T>(__fmul_rn(round_to<T>(__fmul_rn(x[i], r)), w[i])) : x[i];
+      v[i] = smooth ? detail::divide(y[i], sm[i]) : y[i];
     }
   };
 
-  float s = p.static_scale;
-  if (s == 0.0f) {
+  float scale = p.static_scale;
+  bool normalized = false;  // whether the registers hold y instead of x
+  if constexpr (!kStatic) {
     uint32_t amax = 0;
-    row.visit([&](int64_t c, const float(&x)[V], int n) {
+    const auto amax_pass = [&](int64_t c, float(&x)[V], int n) {
       float y[V], v[V];
-      fuse(c, x, n, y, v);
+      fuse(c, x, n, false, y, v);
 #pragma unroll
-      for (int i = 0; i < V; ++i) amax = max(amax, abs_bits(v[i]));
-    });
+      for (int i = 0; i < V; ++i) {
+        amax = max(amax, abs_bits(v[i]));
+        x[i] = y[i];
+      }
+    };
+    if (norm) {
+      row.visit(amax_pass);
+    } else {
+      row.visit(amax_pass);
+    }
     amax = row_reduce(amax, MaxOp{}, red_max, tpr);
-    s = __fdiv_rn(__uint_as_float(amax), p.qmax);
-    if (row.live && row.lane == 0) p.scales[m] = s;
-  } else if (m == 0 && row.lane == 0) {
-    p.scales[0] = s;
+    // amax / qmax, correctly rounded: f32(f64(amax) · RN64(1 / qmax)) equals it for every
+    // non-negative f32 amax and qmax 7, 127, 448 (checked exhaustively, common/rounded_math.h).
+    scale = __double2float_rn(__dmul_rn(double(__uint_as_float(amax)), plan.inv_qmax));
+    if (row.live && row.lane == 0) p.scales[m] = scale;
+  } else {
+    if (m == 0 && row.lane == 0) p.scales[0] = scale;
   }
+
+  // v / scale without an IEEE division per element (eight operations, a branch and a
+  // subroutine call): from the scale's reciprocal in three (common/rounded_math.h), after
+  // multiplying v and the scale by the power of two 2^min(1 − e, 127) that brings the scale
+  // into [1, 2) — into [2^-22, 1) for a subnormal scale. That is exact: it scales up, or down to
+  // a v whose quotient is below 2^-124 and quantizes to 0 (or ±0) either way, sign kept. A
+  // dynamic quotient is at most qmax; a static one can be anything, so v is first clamped to
+  // ±256 · scale, past which the result saturates to ±127 anyway.
+  const int scale_exp = scale > 0.0f && scale < INFINITY ? frexp_exponent(scale) : 0;
+  const float pow2 = pow2_f32(min(1 - scale_exp, 127));
+  const float s_unit = __fmul_rn(scale, pow2);
+  const float s_inv = detail::divide_rn(1.0f, s_unit, detail::reciprocal_seed(s_unit));
+  const float v_max = kStatic ? __fmul_rn(256.0f, s_unit) : INFINITY;
+  const auto divide = [&](float v) {
+    float vs = __fmul_rn(v, pow2);
+    if constexpr (kStatic) vs = fminf(fmaxf(vs, -v_max), v_max);
+    return detail::divide_by_reciprocal(vs, s_unit, s_inv);
+  };
+  // clamp(rne(v / s), ±qmax); a dynamic quotient never exceeds qmax, so only static clamps.
+  const auto quantize_int = [&](float v) {
+    if (scale == 0.0f) return 0;
+    float q = rintf(divide(v));  // rintf: round half to even
+    if constexpr (kStatic) q = fminf(fmaxf(q, -p.qmax), p.qmax);
+    return static_cast<int>(q);
+  };
 
   constexpr int kQBytes = kQ == DType::s4 ? V / 2 : V;  // bytes of q per chunk
   auto* q_row = static_cast<uint8_t*>(p.q) +
@@ -316,29 +385,28 @@ __global__ void __launch_bounds__(kMaxThreads)
   T* normed_row = static_cast<T*>(p.normed) + (row.live ? m : 0) * p.normed_row_stride;
   row.visit([&](int64_t c, const float(&x)[V], int n) {
     float y[V], v[V];
-    fuse(c, x, n, y, v);
+    fuse(c, x, n, normalized, y, v);
     Pack<uint8_t, kQBytes> q;
     if constexpr (kQ == DType::s4) {
 #pragma unroll
-      for (int i = 0; i < V; i += 2) {
-        const int lo = quantize_int(v[i], s, p.qmax), hi = quantize_int(v[i + 1], s, p.qmax);
-        q.v[i / 2] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
-      }
+      for (int i = 0; i < V; i += 2)
+        q.v[i / 2] = static_cast<uint8_t>((quantize_int(v[i]) & 0xF) |
+                                          ((quantize_int(v[i + 1]) & 0xF) << 4));
     } else if constexpr (kQ == DType::e4m3) {
 #pragma unroll
       for (int i = 0; i < V; i += 2) {
-        const float2 pair = s == 0.0f ? make_float2(0.0f, 0.0f)
-                                      : make_float2(__fdiv_rn(v[i], s), __fdiv_rn(v[i + 1], s));
+        const float2 pair = scale == 0.0f ? make_float2(0.0f, 0.0f)
+                                          : make_float2(divide(v[i]), divide(v[i + 1]));
         const __nv_fp8x2_storage_t f8 = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
         q.v[i] = static_cast<uint8_t>(f8 & 0xFF);  // .x in the low byte
         q.v[i + 1] = static_cast<uint8_t>(f8 >> 8);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < V; ++i) q.v[i] = static_cast<uint8_t>(quantize_int(v[i], s, p.qmax));
+      for (int i = 0; i < V; ++i) q.v[i] = static_cast<uint8_t>(quantize_int(v[i]));
     }
     store<uint8_t, kQBytes>(q_row + c * kQBytes, q, kQ == DType::s4 ? n / 2 : n, plan.vectorized);
-    if (p.normed != nullptr) {
+    if (kFusable && p.normed != nullptr) {
       Pack<T, V> out;
 #pragma unroll
       for (int i = 0; i < V; ++i) out.v[i] = Elem<T>::from_f32(y[i]);
@@ -349,24 +417,25 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // ---- instances and launch ---------------------------------------------------------------------
 
-template <class T, DType kQ>
+template <class T, DType kQ, bool kStatic>
 void launch_typed(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.blocks)), block(static_cast<unsigned>(plan.threads()));
   switch (plan.chunks_per_thread) {
-    case 0: act_quant_kernel<T, kQ, 0><<<grid, block, 0, stream>>>(args, plan); break;
-    case 1: act_quant_kernel<T, kQ, 1><<<grid, block, 0, stream>>>(args, plan); break;
-    case 2: act_quant_kernel<T, kQ, 2><<<grid, block, 0, stream>>>(args, plan); break;
-    case 4: act_quant_kernel<T, kQ, 4><<<grid, block, 0, stream>>>(args, plan); break;
-    default: act_quant_kernel<T, kQ, 8><<<grid, block, 0, stream>>>(args, plan); break;
+    case 0: act_quant_kernel<T, kQ, kStatic, 0><<<grid, block, 0, stream>>>(args, plan); break;
+    case 1: act_quant_kernel<T, kQ, kStatic, 1><<<grid, block, 0, stream>>>(args, plan); break;
+    case 2: act_quant_kernel<T, kQ, kStatic, 2><<<grid, block, 0, stream>>>(args, plan); break;
+    case 4: act_quant_kernel<T, kQ, kStatic, 4><<<grid, block, 0, stream>>>(args, plan); break;
+    default: act_quant_kernel<T, kQ, kStatic, 8><<<grid, block, 0, stream>>>(args, plan); break;
   }
 }
 
 template <class T>
 void launch_for_input(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream) {
+  if (args.static_scale > 0.0f) return launch_typed<T, DType::s8, true>(args, plan, stream);
   switch (args.q_dtype) {
-    case DType::s4: launch_typed<T, DType::s4>(args, plan, stream); break;
-    case DType::e4m3: launch_typed<T, DType::e4m3>(args, plan, stream); break;
-    default: launch_typed<T, DType::s8>(args, plan, stream); break;
+    case DType::s4: launch_typed<T, DType::s4, false>(args, plan, stream); break;
+    case DType::e4m3: launch_typed<T, DType::e4m3, false>(args, plan, stream); break;
+    default: launch_typed<T, DType::s8, false>(args, plan, stream); break;
   }
 }
 
@@ -414,15 +483,21 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
   const int64_t x_bytes = dtype_bits(a.x.dtype) / 8;
   plan.vec = static_cast<int>(16 / x_bytes);
   plan.rms_bits = 62 - ceil_log2(a.k);
+  plan.inv_k = 1.0 / static_cast<double>(a.k);
+  plan.inv_qmax = 1.0 / static_cast<double>(a.qmax);
   const int64_t chunks = (a.k + plan.vec - 1) / plan.vec;
-  const int64_t max_chunks = std::clamp(options.max_chunks, 1, kMaxChunks);
+  // Fused calls hold at most 4 chunks a thread (the 8-chunk instances have no registers left
+  // for the fusions' arithmetic and are compiled without them).
+  const bool fused = a.rms_weight.data != nullptr || a.smooth.data != nullptr;
+  const int64_t max_chunks =
+      std::clamp(options.max_chunks, 1, fused ? kMaxFusedChunks : kMaxChunks);
   // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
   // row's loads are then all in flight at once and its reductions span few warps.
   plan.threads_per_row = static_cast<int>(std::clamp<int64_t>(
       int64_t{1} << ceil_log2((chunks + max_chunks - 1) / max_chunks), 32, kMaxThreads));
   plan.chunks_per_thread =
       1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
-  if (plan.chunks_per_thread > kMaxChunks) {
+  if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
     plan.threads_per_row = kMaxThreads;
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;

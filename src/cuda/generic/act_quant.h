@@ -39,6 +39,8 @@ struct ActQuantPlan {
   bool vectorized = false;    ///< every row and vector start is aligned for 16-byte (x, normed)
                               ///< and chunk-sized (q, rms_weight, smooth) accesses
   int rms_bits = 0;           ///< 62 − ceil(log2 K): the fixed point of RMSNorm's sum
+  double inv_k = 0;           ///< RN64(1 / K): RMSNorm's mean
+  double inv_qmax = 0;        ///< RN64(1 / qmax): the dynamic scale amax / qmax
   int64_t blocks = 0;
   int threads() const { return threads_per_row * rows_per_block; }
 };
