@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rounded_math.h"
 #include "cpu/reference.h"
 #include "nibble/nibble.h"
 #include "test_util.h"
@@ -308,6 +309,68 @@ TEST(QuantizeFusionRmsNorm, StridedAndInPlaceBuffers) {
     EXPECT_TRUE(same_activation(in_out, ref));
     EXPECT_EQ(test::bytes_of(inplace), test::bytes_of(normed));
   }
+}
+
+// ---- the GPU kernel's division and square root (common/rounded_math.h) ------------------------
+
+// The call-free sequences the activation kernel uses give the IEEE f32 bits: a sample of the
+// host checks described in rounded_math.h, with hardware seeds stood in for by the exact value
+// perturbed by up to 2^-8 (the f64 sequences) or ±2 ulp (the f32 one).
+TEST(QuantizeFusionRoundedMath, DivisionAndSquareRootMatchIeee) {
+  Rng rng;
+  auto& e = rng.engine();
+  const auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  const auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  const auto seed = [&](double exact) { return exact * (1.0 + rng.uniform(-1.0, 1.0) * 0x1p-8); };
+  for (int i = 0; i < 2000000; ++i) {
+    // divide_rn: any finite a, b (subnormals included) with a finite quotient.
+    const float a = from_bits(static_cast<uint32_t>(e())), b = from_bits(static_cast<uint32_t>(e()));
+    if (std::isfinite(a) && std::isfinite(b) && b != 0 && std::isfinite(a / b)) {
+      ASSERT_EQ(bits(detail::divide_rn(a, b, seed(1.0 / b))), bits(a / b)) << a << " / " << b;
+    }
+    // sqrt_rn and the reciprocal of a positive t.
+    const float t = from_bits(static_cast<uint32_t>(e()) & 0x7FFFFFFFu);
+    if (std::isfinite(t) && t > 0) {
+      ASSERT_EQ(bits(detail::sqrt_rn(t, seed(1.0 / std::sqrt(double(t))))), bits(std::sqrt(t)))
+          << t;
+      if (std::isfinite(1.0f / t)) {
+        ASSERT_EQ(bits(detail::divide_rn(1.0f, t, seed(1.0 / t))), bits(1.0f / t)) << t;
+      }
+    }
+    // divide_rn_f32_seed in its range, seeds off by up to 2 ulp.
+    const float fa = std::ldexp(1.0f + float(rng.uniform(0, 1)), int(rng.uniform_int(-60, 60)));
+    const float fb = std::ldexp(1.0f + float(rng.uniform(0, 1)), int(rng.uniform_int(-60, 60)));
+    ASSERT_TRUE(detail::in_f32_division_range(fa, fb));
+    const float y0 = from_bits(bits(1.0f / fb) + static_cast<uint32_t>(rng.uniform_int(-2, 2)));
+    ASSERT_EQ(bits(detail::divide_rn_f32_seed(fa, fb, y0)), bits(fa / fb)) << fa << " / " << fb;
+    // divide_by_reciprocal: s ∈ [2^-22, 2), |v / s| ≤ 448 (and near half-integers).
+    const float s = std::ldexp(1.0f + float(rng.uniform(0, 1)), int(rng.uniform_int(-22, 0)));
+    const float q = i % 2 ? float(rng.uniform_int(0, 448)) + 0.5f : float(rng.uniform(-448, 448));
+    const float v = from_bits(bits(q * s) + static_cast<uint32_t>(rng.uniform_int(-1, 1)));
+    ASSERT_EQ(bits(detail::divide_by_reciprocal(v, s, 1.0f / s)), bits(v / s)) << v << " / " << s;
+  }
+  // Exact ties in the subnormal range: a / b = (2k + 1) · 2^-150.
+  for (int i = 0; i < 200000; ++i) {
+    const float b = std::ldexp(1.0f + float(rng.uniform(0, 1)), int(rng.uniform_int(-20, 20)));
+    const float a = static_cast<float>((2.0 * double(rng.uniform_int(0, 1 << 22)) + 1) * 0x1p-150 * b);
+    if (a / b != 0 && std::fabs(a / b) < 0x1p-126) {
+      ASSERT_EQ(bits(detail::divide_rn(a, b, seed(1.0 / b))), bits(a / b)) << a << " / " << b;
+    }
+  }
+  // amax / qmax through the f64 reciprocal (exhaustive on the host once; a sample here).
+  for (float qmax : {7.0f, 127.0f, 448.0f})
+    for (int i = 0; i < 1000000; ++i) {
+      const float amax = from_bits(static_cast<uint32_t>(e()) % 0x7F800000u);
+      ASSERT_EQ(bits(static_cast<float>(double(amax) * (1.0 / double(qmax)))), bits(amax / qmax));
+    }
 }
 
 }  // namespace

@@ -25,9 +25,10 @@
 // hold up to 8 of them in registers, so x is read from global memory once: the loads are all
 // issued first, then the row's reductions (max |x|, Σ x², max |v| — warp shuffles, then one
 // shared-memory step across the row's warps) and the quantized stores read the registers.
-// Short rows share a block (up to 256 threads of rows), long rows get up to 512 threads.
-// Rows longer than 512 × 8 chunks (K > 32768 for 16-bit x, > 16384 for f32) stream x from
-// global memory once per pass instead (up to four passes; the row is then usually in L2).
+// Short rows share a block (up to 256 threads of rows), long rows get up to 512 threads. A
+// thread holds at most 8 chunks (4 when a fusion is on: its arithmetic needs the registers).
+// Longer rows (K > 32768 plain 16-bit, > 16384 plain f32 or fused 16-bit, > 8192 fused f32)
+// stream x from global memory once per pass instead (up to four; the row is then usually in L2).
 //
 //   block (rows_per_block = 2, threads_per_row = 128, chunks_per_thread = 4):
 //     threads   0..127  row m0   thread t: chunks t, t+128, t+256, t+384 of row m0
@@ -41,6 +42,8 @@
 // 2. rms_weight and smooth are re-read for every row (from L1/L2, not HBM).
 // 3. Non-finite x, a zero smooth[k] or a y that overflows T are not reported: such a row gets
 // a non-finite scale (NaN propagates through the max) — the CPU rejects them instead.
+// 4. A fused row holds at most 4 chunks a thread, so a fused 14336-wide bf16 row fills a
+// 512-thread block alone (one row per SM) and rows past 16384 stream from global memory.
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='CudaActQuant*:CudaQuantize*'
 #include <cuda_runtime.h>
 
