@@ -344,7 +344,8 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     };
     if (norm) {
-      row.visit(amax_pass);
+      row.template visit<true>(amax_pass);  // registers keep y for the last pass
+      normalized = kChunks > 0;
     } else {
       row.visit(amax_pass);
     }
