@@ -15,6 +15,9 @@
 //       (relative) away from every rounding boundary of f32's normal range, farther than the
 //       f64 error (≈ 2^-52); in the subnormal range, where exact ties exist (2^-149 / 2), the
 //       last step is redone exactly on the integer grid of 2^-149
+//   divide_rn_f32_seed(a, b, y0)         RN32(a/b) in f32 for |a|, |b| ∈ [2^-60, 2^61) from a
+//       seed within 2 ulp of 1/b: one Newton step and Markstein's correction (the sequence of
+//       CUDA's division when its range check passes); divide() picks it or divide_rn
 //   sqrt_rn(t, seed)                     RN32(sqrt(t)) for finite t > 0: the f64 1/sqrt(t)
 //       refined from `seed` by three Newton steps, times t, one Heron correction, rounded to
 //       f32 (a square root of an f32 is never within 2^-51 of an f32 boundary)
@@ -26,7 +29,8 @@
 //     significand of a for six divisors at four exponents, exact subnormal ties ±2 ulp);
 //   sqrt_rn and divide_rn(1, t): every positive finite f32 t;
 //   f32(f64(a) · RN64(1/qmax)) == a / qmax for every non-negative finite a, qmax 7, 127, 448;
-//   divide_by_reciprocal: 1.75·10^9 pairs (divisors in [2^-64, 2^100], quotients 2^-45…2^14).
+//   divide_by_reciprocal: 1.75·10^9 pairs (divisors in [2^-64, 2^100], quotients 2^-45…2^14);
+//   divide_rn_f32_seed: 10^9 random pairs in its range, seeds off by up to ±2 ulp.
 // tests/cpp/test_quantize_fusion.cpp repeats a sample of these on every run.
 #pragma once
 
