@@ -27,6 +27,8 @@ float next_up(float x, DType t) {
   }
 }
 
+}  // namespace
+
 // Rounds the scale `range / span` to dtype t, then nudges it up until `span` steps cover
 // `range`: rounding a scale down would push the extreme values past the integer range.
 float stored_scale(float range, float span, DType t, int64_t row) {
@@ -44,8 +46,6 @@ int quantize_int(float x, float scale, int lo, int hi) {
   const float q = round_half_even(x / scale);
   return static_cast<int>(std::clamp(q, static_cast<float>(lo), static_cast<float>(hi)));
 }
-
-}  // namespace
 
 void quantize_weight(const TensorView& w, const QuantizedWeightView& out) {
   const WeightFormat& f = out.format;

@@ -12,6 +12,12 @@
 
 namespace nibble::cpu {
 
+/// The stored weight scale of formats.md: range / span rounded to dtype t, then nudged up until
+/// span steps cover range. Throws out_of_range (naming `row`) when it overflows t.
+float stored_scale(float range, float span, DType t, int64_t row);
+/// (scale == 0) ? 0 : clamp(rne(x / scale), lo, hi), the f32 division of every quantizer.
+int quantize_int(float x, float scale, int lo, int hi);
+
 void quantize_weight(const TensorView& w, const QuantizedWeightView& out);
 void dequantize_weight(const QuantizedWeightView& w, const TensorView& out);
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -91,5 +92,38 @@ class Backend {
 /// nibble::Error(unsupported).
 std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& files,
                                       const BackendOptions& options);
+
+/// The seven linear layers of a block, in the order the forward pass runs them.
+enum class BlockLinear : uint8_t { q, k, v, o, gate, up, down };
+inline constexpr BlockLinear kBlockLinears[] = {
+    BlockLinear::q,    BlockLinear::k,  BlockLinear::v,   BlockLinear::o,
+    BlockLinear::gate, BlockLinear::up, BlockLinear::down};
+/// Its tensor name within a block: "attn_q.weight", ..., "ffn_down.weight".
+const char* tensor_role(BlockLinear which);
+
+/// Sees the input x (m, k) of a block linear just before it runs.
+using LinearObserver =
+    std::function<void(int64_t layer, BlockLinear which, const float* x, int64_t m, int64_t k)>;
+
+/// Block-by-block access to the CPU backend, for calibration (src/llm/quantize_model.cpp): run
+/// one block over the hidden states of a sequence, watch the inputs of its linears, and swap a
+/// linear for its quantized version before the next block sees its outputs.
+class BlockRunner {
+ public:
+  virtual ~BlockRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  /// x (tokens.size(), dim) = the embedding rows (in the head mode, as forward() reads them).
+  virtual void embed(std::span<const int32_t> tokens, float* x) const = 0;
+  /// Runs block `layer` in place on the hidden states x (m, dim) of one sequence at positions
+  /// 0..m−1 (its KV cache entries are overwritten); `observe` (may be empty) sees the input of
+  /// every linear (q, k and v see the same one).
+  virtual void run_block(int64_t layer, float* x, int64_t m, const LinearObserver& observe) = 0;
+  /// Replaces one linear of a block.
+  virtual void set_linear(int64_t layer, BlockLinear which, std::unique_ptr<Linear> linear) = 0;
+};
+
+/// The CPU backend behind the BlockRunner interface (the blocks in options.strategy).
+std::unique_ptr<BlockRunner> make_cpu_block_runner(ModelFiles& files,
+                                                   const BackendOptions& options);
 
 }  // namespace nibble::llm

@@ -21,6 +21,7 @@
 #include "common/check.h"
 #include "llm/backend.h"
 #include "llm/model_files.h"
+#include "nibble/formats.h"
 #if NIBBLE_WITH_CUDA
 #include "llm/cuda/cuda_backend.h"
 #endif
@@ -45,7 +46,7 @@ void rmsnorm(const float* x, const float* g, int64_t rows, int64_t d, double eps
   }
 }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public BlockRunner {
  public:
   CpuBackend(ModelFiles& files, const BackendOptions& opt)
       : c_(files.config),
@@ -84,14 +85,21 @@ class CpuBackend final : public Backend {
         if (stored.empty())
           return std::make_unique<StrategyLinear>(opt.strategy, src.load(p + name, {n, k}), n, k,
                                                   &pool_);
-        // A pre-quantized checkpoint runs in its own format only (its floats are gone).
-        if (opt.strategy.prefill != stored || opt.strategy.decode != stored)
-          detail::fail(ErrorCode::invalid_argument, "nibble::llm: the checkpoint holds '" + p +
-                                                        name + "' pre-quantized as " + stored +
-                                                        "; it runs with --format " + stored +
-                                                        ", not " + opt.strategy.describe());
+        // A pre-quantized checkpoint runs in a format with its weight format (its floats are
+        // gone; the activations are quantized at run time, so their scheme may change), or
+        // simulated in one (sim:FORMAT, the accuracy study).
+        const std::string mode = opt.strategy.prefill;
+        const std::string sim = mode.rfind(kSimPrefix, 0) == 0 ? mode.substr(4) : mode;
+        const bool fits = mode != "f32" && mode != "bf16" && opt.strategy.decode == mode &&
+                          parse_linear_format(sim).weight == parse_linear_format(stored).weight;
+        if (!fits)
+          detail::fail(ErrorCode::invalid_argument,
+                       "nibble::llm: the checkpoint holds '" + p + name + "' pre-quantized as " +
+                           stored + "; it runs with --format " + stored +
+                           " (or another activation scheme of its weights, or sim:" + stored +
+                           "), not " + opt.strategy.describe());
         return std::make_unique<StrategyLinear>(
-            make_quantized_linear(stored, src.load_quantized(p + name, n, k), k, &pool_));
+            make_quantized_linear(mode, src.load_quantized(p + name, n, k), k, &pool_));
       };
       L.attn_norm = src.load(p + "attn_norm.weight", {d});
       L.ffn_norm = src.load(p + "ffn_norm.weight", {d});
@@ -135,63 +143,50 @@ class CpuBackend final : public Backend {
                    "nibble::llm::Backend::forward: positions " + std::to_string(pos) + ".." +
                        std::to_string(pos + m - 1) + " do not fit the context of " +
                        std::to_string(max_ctx_) + " tokens");
-    const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
-    const int64_t f = c_.ffn_dim;
-    auto buf = [](std::vector<float>& b, int64_t n) {
-      b.resize(static_cast<size_t>(n));
-      return b.data();
-    };
-    float* x = buf(x_, m * d);
-    float* h = buf(h_, m * d);
-    float* q = buf(q_, m * qd);
-    float* k = buf(k_, m * kvd);
-    float* v = buf(v_, m * kvd);
-    float* att = buf(att_, m * qd);
-    float* o = buf(o_, m * std::max(d, f));
-    float* gate = buf(gate_, m * f);
-    float* up = buf(up_, m * f);
-    for (int64_t t = 0; t < m; ++t) {
-      const int32_t id = tokens[static_cast<size_t>(t)];
-      if (id < 0 || id >= c_.vocab_size)
-        detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: token id " +
-                                                      std::to_string(id) +
-                                                      " is outside the vocabulary");
-      for (int64_t i = 0; i < d; ++i)
-        x[t * d + i] = head_bf16_ ? bf16_bits_to_f32(emb_bf16_[static_cast<size_t>(id * d + i)])
-                                  : emb_f32_[static_cast<size_t>(id * d + i)];
-    }
-    for (int64_t l = 0; l < n_layers_; ++l) {
-      const Layer& L = layers_[static_cast<size_t>(l)];
-      rmsnorm(x, L.attn_norm.data(), m, d, c_.norm_eps, h);
-      L.wq->forward(h, m, q);
-      L.wk->forward(h, m, k);
-      L.wv->forward(h, m, v);
-      for (int64_t t = 0; t < m; ++t) {
-        rope(q + t * qd, c_.n_heads, pos + t);
-        rope(k + t * kvd, c_.n_kv_heads, pos + t);
-      }
-      float* kc = k_cache_.data() + l * max_ctx_ * kvd;
-      float* vc = v_cache_.data() + l * max_ctx_ * kvd;
-      std::copy_n(k, m * kvd, kc + pos * kvd);
-      std::copy_n(v, m * kvd, vc + pos * kvd);
-      attention(q, kc, vc, m, pos, att);
-      L.wo->forward(att, m, o);
-      for (int64_t i = 0; i < m * d; ++i) x[i] += o[i];
-      rmsnorm(x, L.ffn_norm.data(), m, d, c_.norm_eps, h);
-      L.w_gate->forward(h, m, gate);
-      L.w_up->forward(h, m, up);
-      for (int64_t i = 0; i < m * f; ++i) {
-        const float g = gate[i];
-        gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // silu(g)·u
-      }
-      L.w_down->forward(gate, m, o);
-      for (int64_t i = 0; i < m * d; ++i) x[i] += o[i];
-    }
+    const int64_t d = c_.dim;
+    float* x = buffer(x_, m * d);
+    embed(tokens, x);
+    for (int64_t l = 0; l < n_layers_; ++l) block(l, x, m, pos, nullptr);
+    float* h = buffer(h_, m * d);
     const int64_t rows = all_logits ? m : 1;
     const float* last = x + (m - rows) * d;
     rmsnorm(last, out_norm_.data(), rows, d, c_.norm_eps, h);
     logits.resize(static_cast<size_t>(rows * c_.vocab_size));
     output_->forward(h, rows, logits.data());
+  }
+
+  void embed(std::span<const int32_t> tokens, float* x) const override {
+    const int64_t d = c_.dim;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const int32_t id = tokens[t];
+      if (id < 0 || id >= c_.vocab_size)
+        detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: token id " +
+                                                      std::to_string(id) +
+                                                      " is outside the vocabulary");
+      for (int64_t i = 0; i < d; ++i)
+        x[static_cast<int64_t>(t) * d + i] =
+            head_bf16_ ? bf16_bits_to_f32(emb_bf16_[static_cast<size_t>(id * d + i)])
+                       : emb_f32_[static_cast<size_t>(id * d + i)];
+    }
+  }
+
+  void run_block(int64_t layer, float* x, int64_t m, const LinearObserver& observe) override {
+    check_block_args(layer, m);
+    block(layer, x, m, 0, observe ? &observe : nullptr);
+  }
+
+  void set_linear(int64_t layer, BlockLinear which, std::unique_ptr<Linear> linear) override {
+    check_block_args(layer, 1);
+    Layer& L = layers_[static_cast<size_t>(layer)];
+    std::unique_ptr<StrategyLinear>* slots[] = {&L.wq,     &L.wk,   &L.wv,    &L.wo,
+                                                &L.w_gate, &L.w_up, &L.w_down};
+    auto& slot = *slots[static_cast<int>(which)];
+    if (linear->n() != slot->n() || linear->k() != slot->k())
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm::BlockRunner::set_linear: a " + std::to_string(linear->n()) + "×" +
+                       std::to_string(linear->k()) + " layer cannot replace " + tensor_role(which) +
+                       " (" + std::to_string(slot->n()) + "×" + std::to_string(slot->k()) + ")");
+    slot = std::make_unique<StrategyLinear>(std::move(linear));
   }
 
   MemoryReport memory() const override {
@@ -226,6 +221,62 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  static float* buffer(std::vector<float>& b, int64_t n) {
+    b.resize(static_cast<size_t>(n));
+    return b.data();
+  }
+
+  void check_block_args(int64_t layer, int64_t m) const {
+    if (layer < 0 || layer >= n_layers_ || m < 1 || m > max_ctx_)
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm::BlockRunner: block " + std::to_string(layer) + " of " +
+                       std::to_string(n_layers_) + " over " + std::to_string(m) +
+                       " tokens (the context holds " + std::to_string(max_ctx_) + ")");
+  }
+
+  // Block l on x (m, dim) in place, tokens at positions pos..pos+m-1.
+  void block(int64_t l, float* x, int64_t m, int64_t pos, const LinearObserver* observe) {
+    const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
+    const int64_t f = c_.ffn_dim;
+    float* h = buffer(h_, m * d);
+    float* q = buffer(q_, m * qd);
+    float* k = buffer(k_, m * kvd);
+    float* v = buffer(v_, m * kvd);
+    float* att = buffer(att_, m * qd);
+    float* o = buffer(o_, m * std::max(d, f));
+    float* gate = buffer(gate_, m * f);
+    float* up = buffer(up_, m * f);
+    auto run = [&](const StrategyLinear& lin, BlockLinear which, const float* in, float* out) {
+      if (observe != nullptr) (*observe)(l, which, in, m, lin.k());
+      lin.forward(in, m, out);
+    };
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    rmsnorm(x, L.attn_norm.data(), m, d, c_.norm_eps, h);
+    run(*L.wq, BlockLinear::q, h, q);
+    run(*L.wk, BlockLinear::k, h, k);
+    run(*L.wv, BlockLinear::v, h, v);
+    for (int64_t t = 0; t < m; ++t) {
+      rope(q + t * qd, c_.n_heads, pos + t);
+      rope(k + t * kvd, c_.n_kv_heads, pos + t);
+    }
+    float* kc = k_cache_.data() + l * max_ctx_ * kvd;
+    float* vc = v_cache_.data() + l * max_ctx_ * kvd;
+    std::copy_n(k, m * kvd, kc + pos * kvd);
+    std::copy_n(v, m * kvd, vc + pos * kvd);
+    attention(q, kc, vc, m, pos, att);
+    run(*L.wo, BlockLinear::o, att, o);
+    for (int64_t i = 0; i < m * d; ++i) x[i] += o[i];
+    rmsnorm(x, L.ffn_norm.data(), m, d, c_.norm_eps, h);
+    run(*L.w_gate, BlockLinear::gate, h, gate);
+    run(*L.w_up, BlockLinear::up, h, up);
+    for (int64_t i = 0; i < m * f; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // silu(g)·u
+    }
+    run(*L.w_down, BlockLinear::down, gate, o);
+    for (int64_t i = 0; i < m * d; ++i) x[i] += o[i];
+  }
+
   // Rotates pairs (i, i + hd/2) of each of `heads` heads by the angles of position p.
   void rope(float* vec, int64_t heads, int64_t p) const {
     const int64_t hd = c_.head_dim, half = hd / 2;
@@ -298,6 +349,18 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+const char* tensor_role(BlockLinear which) {
+  static const char* const names[] = {"attn_q.weight",      "attn_k.weight",   "attn_v.weight",
+                                      "attn_output.weight", "ffn_gate.weight", "ffn_up.weight",
+                                      "ffn_down.weight"};
+  return names[static_cast<int>(which)];
+}
+
+std::unique_ptr<BlockRunner> make_cpu_block_runner(ModelFiles& files,
+                                                   const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(files, options);
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& files,
                                       const BackendOptions& options) {

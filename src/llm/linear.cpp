@@ -1,76 +1,62 @@
 #include "llm/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
-#include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "common/check.h"
+#include "cpu/gemm_f32.h"
+#include "cpu/reference.h"
 #include "nibble/nibble.h"
 
 namespace nibble::llm {
 
+int64_t quantized_weight_bytes(const QuantizedWeight& qw) {
+  return qw.q.nbytes() + (qw.scales.defined() ? qw.scales.nbytes() : 0) +
+         (qw.zeros.defined() ? qw.zeros.nbytes() : 0) +
+         (qw.group_scales.defined() ? qw.group_scales.nbytes() : 0);
+}
+
+std::vector<float> dequantized_weights(const QuantizedWeight& qw, int64_t k) {
+  Tensor deq = Tensor::empty(DType::f32, {qw.n, qw.k});
+  dequantize_weight(qw.view(), deq.view());
+  std::vector<float> out(static_cast<size_t>(qw.n * k));
+  for (int64_t r = 0; r < qw.n; ++r)
+    std::copy_n(deq.view().ptr<float>() + r * qw.k, k, out.data() + r * k);
+  return out;
+}
+
 // ---- kernels ------------------------------------------------------------------------------------
 
-// The build is portable (no -march), so the hot dot products are compiled twice and picked at
-// load time by the CPU's features (GCC/Clang function multi-versioning through an ifunc):
-// x86-64-v3 (AVX2 + FMA) and the baseline. Eight interleaved partial sums fix the summation
-// order (the compiler may not reassociate a float sum) and give it independent chains to
-// vectorize; FMA changes only the rounding of each product-add.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define NIBBLE_LLM_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define NIBBLE_LLM_MULTIVERSION
-#endif
-
-NIBBLE_LLM_MULTIVERSION
-float dot_f32(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+// The products are cpu::gemm_f32_nt / gemm_bf16w_nt (src/cpu/gemm_f32.h): every output exactly
+// dot_f32 of its row pair, whatever the tile, the block or the thread that computes it.
+float dot_f32(const float* a, const float* b, int64_t n) { return cpu::dot_f32(a, b, n); }
 
 namespace {
 
-// x · w with w in bf16 bits (bf16 → f32 is a 16-bit shift).
-NIBBLE_LLM_MULTIVERSION
-float dot_bf16(const float* x, const uint16_t* w, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  auto f = [](uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float v;
-    std::memcpy(&v, &u, 4);
-    return v;
-  };
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * f(w[i + j]);
-  for (; i < n; ++i) acc[i % 8] += x[i] * f(w[i]);
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// Output columns are processed in blocks of kBlockN weight rows, all M input rows per block:
-// the block (kBlockN·K weights, 37 KB at K = 576) stays in L2 while every x row streams by.
+// Output columns are processed in blocks of kBlockN weight rows, and the M input rows in blocks
+// of kBlockM: the weight block (kBlockN·K weights, 37 KB at K = 576) stays in L1/L2 while the
+// input block (147 KB at K = 576) streams by from L2.
 constexpr int64_t kBlockN = 16;
+constexpr int64_t kBlockM = 64;
 
 // Below this many multiply-adds a product runs on the calling thread: waking the pool costs
 // tens of microseconds (a condition variable), more than a decode step's 576×1536 product
 // takes on one core (measured 0.1 ms alone, 0.2 ms split over two threads).
 constexpr int64_t kParallelMacs = int64_t{1} << 22;
 
-template <class W, class Dot>
+template <class W, class Gemm>
 void gemm_rows(const float* x, int64_t m, const W* w, int64_t n, int64_t k, float* y,
-               ThreadPool* pool, Dot dot) {
+               ThreadPool* pool, Gemm gemm) {
   auto run = [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * kBlockN, n1 = std::min(n, n0 + kBlockN);
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = n0; c < n1; ++c) y[r * n + c] = dot(x + r * k, w + c * k, k);
+      for (int64_t r0 = 0; r0 < m; r0 += kBlockM)
+        gemm(x + r0 * k, k, std::min(kBlockM, m - r0), w + n0 * k, k, n1 - n0, k, y + r0 * n + n0,
+             n);
     }
   };
   const int64_t blocks = (n + kBlockN - 1) / kBlockN;
@@ -85,7 +71,7 @@ class F32Linear final : public Linear {
   F32Linear(std::vector<float> w, int64_t n, int64_t k, ThreadPool* pool)
       : w_(std::move(w)), n_(n), k_(k), pool_(pool) {}
   void forward(const float* x, int64_t m, float* y) const override {
-    gemm_rows(x, m, w_.data(), n_, k_, y, pool_, dot_f32);
+    gemm_rows(x, m, w_.data(), n_, k_, y, pool_, cpu::gemm_f32_nt);
   }
   int64_t n() const override { return n_; }
   int64_t k() const override { return k_; }
@@ -108,7 +94,7 @@ class Bf16Linear final : public Linear {
     // The input is rounded to bf16 too: a bf16 GEMM sees bf16 activations.
     std::vector<float> xr(static_cast<size_t>(m * k_));
     for (size_t i = 0; i < xr.size(); ++i) xr[i] = round_to_dtype(x[i], DType::bf16);
-    gemm_rows(xr.data(), m, w_.data(), n_, k_, y, pool_, dot_bf16);
+    gemm_rows(xr.data(), m, w_.data(), n_, k_, y, pool_, cpu::gemm_bf16w_nt);
   }
   int64_t n() const override { return n_; }
   int64_t k() const override { return k_; }
@@ -224,11 +210,7 @@ class NibbleLinear final : public Linear {
 
   int64_t n() const override { return n_; }
   int64_t k() const override { return k_; }
-  int64_t weight_bytes() const override {
-    return qw_.q.nbytes() + (qw_.scales.defined() ? qw_.scales.nbytes() : 0) +
-           (qw_.zeros.defined() ? qw_.zeros.nbytes() : 0) +
-           (qw_.group_scales.defined() ? qw_.group_scales.nbytes() : 0);
-  }
+  int64_t weight_bytes() const override { return quantized_weight_bytes(qw_); }
   std::string mode() const override { return name_; }
   const QuantizedWeight* quantized() const override { return &qw_; }
 
@@ -240,18 +222,83 @@ class NibbleLinear final : public Linear {
   ThreadPool* pool_;
 };
 
+// The study-only simulated mode "sim:<format>" (docs/accuracy.md): the weights of a nibble format
+// dequantized to f32 once, and the activations quantized and dequantized per token as the format
+// quantizes them (A16: rounded to bf16, as NibbleLinear feeds them), then the f32 product. The
+// reference linear computes the same numbers in another order (integer sums, then scales), so
+// the two differ by f32 rounding only; LlmLinear.SimulatedModesMatchTheReferenceLinear and
+// docs/accuracy.md measure it.
+class SimLinear final : public Linear {
+ public:
+  SimLinear(const LinearFormat& f, const std::string& name, const QuantizedWeight& qw, int64_t k,
+            ThreadPool* pool)
+      : act_(f.act),
+        name_(name),
+        n_(qw.n),
+        k_(k),
+        bytes_(quantized_weight_bytes(qw)),
+        w_(dequantized_weights(qw, k)),
+        pool_(pool) {}
+
+  void forward(const float* x, int64_t m, float* y) const override {
+    std::vector<float> xq(x, x + m * k_);
+    for (int64_t r = 0; r < m; ++r) fake_quantize_row(xq.data() + r * k_);
+    gemm_rows(xq.data(), m, w_.data(), n_, k_, y, pool_, cpu::gemm_f32_nt);
+  }
+  int64_t n() const override { return n_; }
+  int64_t k() const override { return k_; }
+  int64_t weight_bytes() const override { return bytes_; }
+  std::string mode() const override { return name_; }
+
+ private:
+  // One token's activations through the format's per-token quantizer and back (formats.md,
+  // table 2): s = amax / qmax, q = quantize_int(x, s, ±qmax) (e4m3: the satfinite conversion).
+  void fake_quantize_row(float* v) const {
+    if (act_ == ActScheme::none) {
+      for (int64_t i = 0; i < k_; ++i) v[i] = round_to_dtype(v[i], DType::bf16);
+      return;
+    }
+    const float qmax = act_ == ActScheme::s4_per_token     ? 7.0f
+                       : act_ == ActScheme::e4m3_per_token ? 448.0f
+                                                           : 127.0f;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k_; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float s = amax / qmax;
+    for (int64_t i = 0; i < k_; ++i) {
+      if (act_ == ActScheme::e4m3_per_token)
+        v[i] = s == 0.0f ? 0.0f : s * round_to_dtype(v[i] / s, DType::e4m3);
+      else
+        v[i] = s * static_cast<float>(
+                       cpu::quantize_int(v[i], s, -static_cast<int>(qmax), static_cast<int>(qmax)));
+    }
+  }
+
+  ActScheme act_;
+  std::string name_;
+  int64_t n_, k_, bytes_;
+  std::vector<float> w_;  // (n, k): deq(W) without the padding
+  ThreadPool* pool_;
+};
+
+// "sim:w4a8_g128" → "w4a8_g128"; "" when the mode is not simulated.
+std::string simulated_format(const std::string& mode) {
+  return mode.rfind(kSimPrefix, 0) == 0 ? mode.substr(sizeof kSimPrefix - 1) : std::string();
+}
+
 }  // namespace
 
 void check_weight_mode(const std::string& mode) {
   if (mode == "f32" || mode == "bf16") return;
+  const std::string sim = simulated_format(mode);
   LinearFormat f;
   try {
-    f = parse_linear_format(mode);
+    f = parse_linear_format(sim.empty() ? mode : sim);
   } catch (const Error&) {
     detail::fail(ErrorCode::invalid_argument,
                  "nibble::llm: unknown weight format '" + mode +
                      "' (f32, bf16, or a nibble linear format such as w4a8_pc, w4a8_g128, w8a8, "
-                     "w4a16_g128, w4a16_g128_asym; `nibble formats` lists them)");
+                     "w4a16_g128, w4a16_g128_asym, optionally as sim:FORMAT; `nibble formats` "
+                     "lists them)");
   }
   if (f.act == ActScheme::s8_per_tensor)
     detail::fail(ErrorCode::unsupported, "nibble::llm: '" + mode +
@@ -261,7 +308,8 @@ void check_weight_mode(const std::string& mode) {
 
 int64_t padded_k(const std::string& mode, int64_t k) {
   if (mode == "f32" || mode == "bf16") return k;
-  const LinearFormat f = parse_linear_format(mode);
+  const std::string sim = simulated_format(mode);
+  const LinearFormat f = parse_linear_format(sim.empty() ? mode : sim);
   const int64_t g = f.weight.per_channel()
                         ? (dtype_bits(weight_value_dtype(f.weight.scheme)) == 4 ? 2 : 1)
                         : f.weight.group_size;
@@ -274,6 +322,15 @@ std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, Quantized
   if (mode == "f32" || mode == "bf16")
     detail::fail(ErrorCode::invalid_argument,
                  "nibble::llm::make_quantized_linear: '" + mode + "' is not a quantized format");
+  if (const std::string sim = simulated_format(mode); !sim.empty()) {
+    const LinearFormat f = parse_linear_format(sim);
+    if (!(qw.format == f.weight) || qw.k != padded_k(sim, k))
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm::make_quantized_linear: weights of format " + to_string(qw.format) +
+                       " with K = " + std::to_string(qw.k) + " do not fit " + mode +
+                       " with K = " + std::to_string(k));
+    return std::make_unique<SimLinear>(f, mode, qw, k, pool);
+  }
   return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, std::move(qw), k, pool);
 }
 
@@ -284,6 +341,11 @@ std::unique_ptr<Linear> make_linear(const std::string& mode, std::vector<float> 
     detail::fail(ErrorCode::internal, "nibble::llm::make_linear: weight size does not match n·k");
   if (mode == "f32") return std::make_unique<F32Linear>(std::move(w), n, k, pool);
   if (mode == "bf16") return std::make_unique<Bf16Linear>(w, n, k, pool);
+  if (const std::string sim = simulated_format(mode); !sim.empty()) {
+    // Quantized exactly as the reference mode quantizes (round to nearest, K padded).
+    const NibbleLinear ref(parse_linear_format(sim), sim, w, n, k, nullptr);
+    return std::make_unique<SimLinear>(parse_linear_format(sim), mode, *ref.quantized(), k, pool);
+  }
   return std::make_unique<NibbleLinear>(parse_linear_format(mode), mode, w, n, k, pool);
 }
 

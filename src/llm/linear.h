@@ -12,6 +12,11 @@
 //          size (SmolLM2's 576 with g128), W and x are padded with zero columns to the next
 //          multiple: the products are unchanged, the last group just holds fewer real weights.
 //
+//   sim:<format>  (study only, docs/accuracy.md) the same quantized weights dequantized to f32,
+//          the activations quantized and dequantized per token as the format does (A16: rounded
+//          to bf16), then the runner's f32 product: the reference linear's numbers up to f32
+//          rounding, an order of magnitude faster on the CPU.
+//
 // `LinearStrategy` pairs a prefill mode (M > 1) with a decode mode (M = 1), e.g. W4A8 for
 // prompts and W4A16 for generation; the two are kept as separate weights.
 #pragma once
@@ -42,7 +47,10 @@ class Linear {
   virtual const QuantizedWeight* quantized() const { return nullptr; }
 };
 
-/// "f32", "bf16" or a linear format string of nibble (parse_linear_format); throws
+/// The prefix of the simulated modes ("sim:w4a8_g128").
+inline constexpr char kSimPrefix[] = "sim:";
+
+/// "f32", "bf16", a linear format string of nibble (parse_linear_format), or "sim:" and one; throws
 /// nibble::Error(invalid_argument) listing the choices for anything else.
 void check_weight_mode(const std::string& mode);
 
@@ -56,9 +64,15 @@ std::unique_ptr<Linear> make_linear(const std::string& mode, std::vector<float> 
 int64_t padded_k(const std::string& mode, int64_t k);
 
 /// A layer from weights already quantized in the nibble format `mode` (a pre-quantized
-/// checkpoint): qw is (n, padded_k(mode, k)) in the weight format of `mode`.
+/// checkpoint): qw is (n, padded_k(mode, k)) in the weight format of `mode`; a "sim:" mode runs
+/// them simulated.
 std::unique_ptr<Linear> make_quantized_linear(const std::string& mode, QuantizedWeight qw,
                                               int64_t k, ThreadPool* pool);
+
+/// Bytes of a quantized weight's buffers (values, scales, zeros, group scales).
+int64_t quantized_weight_bytes(const QuantizedWeight& qw);
+/// deq(W) (n, k) f32 of weights stored with K padded (qw.k ≥ k): the padded columns dropped.
+std::vector<float> dequantized_weights(const QuantizedWeight& qw, int64_t k);
 
 /// Prefill (M > 1) and decode (M = 1) modes; equal modes share one set of weights.
 struct LinearStrategy {
@@ -110,7 +124,7 @@ class ThreadPool {
 };
 
 /// Dot product of two f32 vectors with a fixed summation order (8 interleaved partial sums),
-/// vectorized for the host (AVX2+FMA when the CPU has it).
+/// vectorized for the host (AVX2+FMA when the CPU has it): cpu::dot_f32 (src/cpu/gemm_f32.h).
 float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace nibble::llm

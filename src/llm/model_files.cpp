@@ -306,6 +306,65 @@ QuantizedWeight WeightSource::load_quantized(const std::string& name, int64_t, i
   fail_model("'" + name + "' is not stored pre-quantized");
 }
 
+void MemorySource::put(const std::string& name, std::vector<int64_t> shape,
+                       std::vector<float> data) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  if (count != static_cast<int64_t>(data.size()))
+    detail::fail(ErrorCode::internal, "nibble::llm::MemorySource: '" + name +
+                                          "' has a shape that does not match its data");
+  quantized_.erase(name);
+  floats_[name] = {std::move(shape), std::move(data)};
+}
+
+void MemorySource::put_quantized(const std::string& name, const std::string& format,
+                                 QuantizedWeight qw) {
+  floats_.erase(name);
+  quantized_[name] = {format, std::move(qw)};
+}
+
+std::vector<float>& MemorySource::values(const std::string& name) {
+  auto it = floats_.find(name);
+  if (it == floats_.end()) fail_model("memory weights: no float tensor '" + name + "'");
+  return it->second.data;
+}
+
+std::vector<float> MemorySource::load(const std::string& name,
+                                      std::initializer_list<int64_t> shape) {
+  auto it = floats_.find(name);
+  if (it == floats_.end()) fail_model("memory weights: no float tensor '" + name + "'");
+  check_shape("memory weights", name, it->second.shape, shape);
+  return it->second.data;
+}
+
+bool MemorySource::has(const std::string& name) const {
+  return floats_.count(name) != 0 || quantized_.count(name) != 0;
+}
+
+std::string MemorySource::describe() const {
+  std::map<std::string, int> counts;
+  for (const auto& [name, q] : quantized_) ++counts[q.first];
+  std::string s = "in memory: " + std::to_string(floats_.size()) + " f32 tensors";
+  for (const auto& [f, c] : counts) s += ", " + std::to_string(c) + " " + f;
+  return s;
+}
+
+std::string MemorySource::quantized_format(const std::string& name) const {
+  auto it = quantized_.find(name);
+  return it == quantized_.end() ? "" : it->second.first;
+}
+
+QuantizedWeight MemorySource::load_quantized(const std::string& name, int64_t n, int64_t k) {
+  auto it = quantized_.find(name);
+  if (it == quantized_.end()) fail_model("'" + name + "' is not stored pre-quantized");
+  const QuantizedWeight& qw = it->second.second;
+  if (qw.n != n || qw.k != padded_k(it->second.first, k))
+    fail_model("memory weights: '" + name + "' is " + std::to_string(qw.n) + "×" +
+               std::to_string(qw.k) + ", the model needs " + std::to_string(n) + "×" +
+               std::to_string(padded_k(it->second.first, k)));
+  return qw;
+}
+
 std::string hf_tensor_name(const std::string& c) {
   if (c == "token_embd.weight") return "model.embed_tokens.weight";
   if (c == "output_norm.weight") return "model.norm.weight";
@@ -356,8 +415,13 @@ void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std
     out.push_back(std::move(e));
   };
   auto quantized = [&](const std::string& name, int64_t n, int64_t k) {
-    const auto lin = make_linear(format, m.weights->load(name, {n, k}), n, k, nullptr);
-    const QuantizedWeight& qw = *lin->quantized();
+    std::unique_ptr<Linear> lin;
+    QuantizedWeight stored;
+    if (m.weights->quantized_format(name) == format)
+      stored = m.weights->load_quantized(name, n, k);
+    else
+      lin = make_linear(format, m.weights->load(name, {n, k}), n, k, nullptr);
+    const QuantizedWeight& qw = lin ? *lin->quantized() : stored;
     const std::string base = hf_tensor_name(name);
     const std::string stem = base.substr(0, base.size() - 7);  // drop ".weight"
     const Tensor* parts[] = {&qw.q, &qw.scales, &qw.zeros, &qw.group_scales};

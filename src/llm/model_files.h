@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,32 @@ class WeightSource {
   virtual std::optional<uint64_t> random_seed() const { return std::nullopt; }
 };
 
+/// Weights held in memory under the canonical names: float tensors, and block linears already
+/// quantized in a nibble format (what the quantization algorithms of quantize_model.h produce;
+/// write_nibble_checkpoint stores them as they are, and a backend loads them like a checkpoint).
+class MemorySource final : public WeightSource {
+ public:
+  void put(const std::string& name, std::vector<int64_t> shape, std::vector<float> data);
+  void put_quantized(const std::string& name, const std::string& format, QuantizedWeight qw);
+  /// The float values of `name`, for changes in place (e.g. SmoothQuant's folding).
+  std::vector<float>& values(const std::string& name);
+
+  std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override;
+  bool has(const std::string& name) const override;
+  std::string describe() const override;
+  std::string quantized_format(const std::string& name) const override;
+  QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k) override;
+
+ private:
+  struct Floats {
+    std::vector<int64_t> shape;
+    std::vector<float> data;
+  };
+  std::map<std::string, Floats> floats_;
+  // name → (format, weights)
+  std::map<std::string, std::pair<std::string, QuantizedWeight>> quantized_;
+};
+
 struct ModelFiles {
   ModelConfig config;
   std::optional<Tokenizer> tokenizer;  ///< absent for random weights
@@ -81,11 +108,13 @@ std::string canonical_tensor_name(const std::string& hf_name);
 std::string hf_tensor_name(const std::string& canonical);
 
 /// Writes a pre-quantized nibble checkpoint of `m` into directory `dir` (created): config.json,
-/// tokenizer.json and model.safetensors. The seven linears of every block are quantized to
-/// the nibble linear format `format` exactly as the runner quantizes at load (round to
-/// nearest, K padded to the group) and stored as <hf name>.qweight / .scales / .zeros /
-/// .group_scales (4-bit values as U8 bytes, two per byte); the embedding and output are stored
-/// in `head_mode` (BF16 or F32), the norms in F32. Metadata: nibble.format, nibble.version.
+/// tokenizer.json and model.safetensors. The seven linears of every block are stored in the
+/// nibble linear format `format`: as the source holds them when it has them pre-quantized in
+/// that format (a MemorySource from quantize_model), else quantized exactly as the runner
+/// quantizes at load (round to nearest, K padded to the group) and stored as <hf name>.qweight /
+/// .scales / .zeros / .group_scales (4-bit values as U8 bytes, two per byte); the embedding and
+/// output are stored in `head_mode` (BF16 or F32), the norms in F32. Metadata: nibble.format,
+/// nibble.version.
 void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
                              const std::string& dir);
 

@@ -48,7 +48,7 @@ double rel_frob(const std::vector<float>& got, const std::vector<float>& ref) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-double rel_frob(const std::vector<float>& got, const std::vector<double>& ref) {
+[[maybe_unused]] double rel_frob(const std::vector<float>& got, const std::vector<double>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (!std::isfinite(got[i])) return INFINITY;

@@ -137,3 +137,38 @@ TEST(LlmLinear, ThreadPoolCoversEveryIndexOnce) {
 
 }  // namespace
 }  // namespace nibble::llm
+
+namespace nibble::llm {
+namespace {
+
+// sim:FORMAT (the accuracy study's mode) computes the reference linear's numbers in another
+// order: the same quantized weights and per-token activation codes, f32 products instead of
+// integer sums then scales. Relative Frobenius difference of the outputs:
+constexpr double kSimVsReferenceRelTol = 1e-5;
+
+TEST(LlmLinear, SimulatedModesMatchTheReferenceLinear) {
+  const int64_t m = 7, n = 40, k = 576;
+  auto x = randn(static_cast<size_t>(m * k), 11);
+  const auto w = randn(static_cast<size_t>(n * k), 12, 0.05f);
+  x[3 * k + 17] = 3000.0f;  // a "massive activation", as real models have in a few channels
+  for (const char* mode :
+       {"w4a8_g128", "w8a8", "w4a16_g128", "w4a8_pc", "w4a4_g32", "w4afp8_g64"}) {
+    SCOPED_TRACE(mode);
+    auto ref = make_linear(mode, w, n, k, nullptr);
+    auto sim = make_linear(std::string("sim:") + mode, w, n, k, nullptr);
+    EXPECT_EQ(sim->mode(), std::string("sim:") + mode);
+    EXPECT_EQ(sim->weight_bytes(), ref->weight_bytes());
+    std::vector<float> a(static_cast<size_t>(m * n)), b(a.size());
+    ref->forward(x.data(), m, a.data());
+    sim->forward(x.data(), m, b.data());
+    std::vector<double> ad(a.begin(), a.end());
+    EXPECT_LT(rel_err(b, ad), kSimVsReferenceRelTol);
+    // The same from pre-quantized weights (a checkpoint loaded as sim:FORMAT).
+    auto sim_q = make_quantized_linear(std::string("sim:") + mode, *ref->quantized(), k, nullptr);
+    sim_q->forward(x.data(), m, b.data());
+    EXPECT_LT(rel_err(b, ad), kSimVsReferenceRelTol);
+  }
+}
+
+}  // namespace
+}  // namespace nibble::llm

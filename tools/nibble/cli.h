@@ -29,6 +29,7 @@ int run_generate(int argc, char** argv);
 int run_perplexity(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_quantize_model(int argc, char** argv);
+int run_quantize(int argc, char** argv);
 int run_bench_model(int argc, char** argv);
 
 }  // namespace nibble::cli

@@ -14,6 +14,7 @@
 #include "llm/backend.h"
 #include "llm/file_util.h"
 #include "llm/model_files.h"
+#include "llm/quantize_model.h"
 #include "llm/runner.h"
 #include "nibble/nibble.h"
 
@@ -545,20 +546,79 @@ int run_tokenize(int argc, char** argv) {
   return 0;
 }
 
-int run_quantize_model(int argc, char** argv) {
-  const Invocation inv = parse("quantize-model", argc, argv, {"out"});
+namespace {
+
+// A progress bar on stderr: "[#####.....] 12/210 gptq", redrawn in place.
+void progress_bar(const llm::QuantizeProgress& p) {
+  constexpr int kWidth = 30;
+  const int filled = p.total > 0 ? static_cast<int>(kWidth * p.done / p.total) : kWidth;
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld %s",
+               std::string(static_cast<size_t>(filled), '#').c_str(),
+               std::string(static_cast<size_t>(kWidth - filled), '.').c_str(),
+               static_cast<long long>(p.done), static_cast<long long>(p.total), p.stage.c_str());
+  if (p.done == p.total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+// quantize and quantize-model: one implementation (the latter is `--method rtn`).
+int quantize_command(const std::string& cmd, int argc, char** argv) {
+  const Invocation inv = parse(cmd, argc, argv,
+                               {"out", "method", "alpha", "calib", "calib-samples", "calib-len",
+                                "bits", "damp", "block-size", "act-order", "quiet"});
   const Args& a = inv.args;
   if (!a.has("out") || !a.has("format"))
-    usage_error("quantize-model", "--format FMT and --out DIR are required");
+    usage_error(cmd, "--format FMT and --out DIR are required");
   ModelFiles m = open(inv);
-  const std::string format = a.get("format", "");
+  llm::ModelQuantOptions o;
+  o.format = a.get("format", "");
+  o.method = a.get("method", "rtn");
+  o.alpha = get_double(a, "alpha", 0.5);
+  o.threads = static_cast<int>(a.get_int("threads", 0));
+  o.weights.damp = get_double(a, "damp", 0.01);
+  o.weights.block_size = static_cast<int>(a.get_int("block-size", 128));
+  o.weights.act_order = a.has("act-order");
+  if (a.has("bits")) {  // 3 and 2 restrict the 4-bit grid: qmax = 2^(bits-1) - 1
+    const long long bits = a.get_int("bits", 4);
+    const int format_bits =
+        dtype_bits(weight_value_dtype(parse_linear_format(o.format).weight.scheme));
+    if (bits < 2 || bits > format_bits)
+      usage_error(cmd,
+                  "--bits must be in [2, " + std::to_string(format_bits) + "] for " + o.format);
+    if (bits < format_bits) o.weights.qmax = (1 << (bits - 1)) - 1;
+  }
+  std::vector<std::vector<int32_t>> calib;
+  const int64_t samples = a.get_int("calib-samples", 8), len = a.get_int("calib-len", 512);
+  const uint64_t seed = static_cast<uint64_t>(a.get_int("seed", 0));
+  if (llm::needs_calibration(o.method)) {
+    if (!a.has("calib"))
+      usage_error(cmd, "--method " + o.method + " needs --calib TEXT (e.g. austen-train.txt)");
+    if (!m.tokenizer) usage_error(cmd, "the model has no tokenizer for the calibration text");
+    const std::string text = llm::read_text_file(a.get("calib", ""), ("nibble " + cmd).c_str());
+    calib = llm::calibration_windows(*m.tokenizer, text, samples, len, seed);
+  }
+  const bool quiet = a.has("quiet");
   const auto t0 = std::chrono::steady_clock::now();
-  llm::write_nibble_checkpoint(m, format, a.get("head-format", "bf16"), a.get("out", ""));
+  ModelFiles q = llm::quantize_model(m, calib, o, quiet ? nullptr : progress_bar);
+  llm::write_nibble_checkpoint(q, o.format, a.get("head-format", "bf16"), a.get("out", ""));
   std::printf(
-      "wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s in %.1f s\n",
-      a.get("out", "").c_str(), m.config.name.c_str(), format.c_str(),
+      "wrote %s/{model.safetensors,config.json,tokenizer.json}: %s pre-quantized to %s "
+      "(method %s%s%s) in %.1f s\n",
+      a.get("out", "").c_str(), m.config.name.c_str(), o.format.c_str(), o.method.c_str(),
+      o.weights.qmax ? (", qmax " + std::to_string(o.weights.qmax)).c_str() : "",
+      calib.empty() ? ""
+                    : (", " + std::to_string(samples) + "×" + std::to_string(len) +
+                       " calibration tokens, seed " + std::to_string(seed))
+                          .c_str(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
+}
+
+}  // namespace
+
+int run_quantize(int argc, char** argv) { return quantize_command("quantize", argc, argv); }
+
+int run_quantize_model(int argc, char** argv) {
+  return quantize_command("quantize-model", argc, argv);
 }
 
 int run_perplexity(int argc, char** argv) {

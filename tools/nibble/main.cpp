@@ -193,6 +193,7 @@ void usage() {
       "                       a model's config, weights and tokenizer (.gguf or HF directory)\n"
       "  generate MODEL [--prompt TEXT | --prompt-ids 1,2,...] [-n 32] [--chat]\n"
       "       [--format bf16|f32|w4a8_pc|w4a8_g128|w8a8|w4a16_g128|...[,more]]\n"
+      "       (sim:FORMAT: the format simulated in f32, for accuracy studies)\n"
       "       [--prefill-format F --decode-format F] [--device cpu|cuda] [--temperature T]\n"
       "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx-size N] [--ids]\n"
       "       [--random-weights --arch llama3-8b|smollm2-135m [--layers L]]\n"
@@ -207,9 +208,14 @@ void usage() {
       "                       perplexity of a text in non-overlapping windows\n"
       "  tokenize MODEL (--text TEXT | --file FILE) [--no-bos]\n"
       "                       the token ids of a text, comma-separated\n"
-      "  quantize-model MODEL --format FMT --out DIR [--head-format bf16|f32]\n"
-      "                       write a pre-quantized nibble checkpoint (safetensors + config.json\n"
-      "                       + tokenizer.json) that generate/perplexity load without requantizing\n"
+      "  quantize MODEL --format FMT --out DIR [--method rtn|rtn-mse|gptq|smoothquant-rtn|\n"
+      "       smoothquant-gptq] [--calib TEXT] [--calib-samples 8] [--calib-len 512] [--seed S]\n"
+      "       [--alpha 0.5] [--bits 4|3|2|8] [--damp 0.01] [--block-size 128] [--act-order]\n"
+      "       [--head-format bf16|f32] [--quiet]\n"
+      "                       quantize with an algorithm (calibrated on TEXT) and write a\n"
+      "                       pre-quantized nibble checkpoint (safetensors + config.json +\n"
+      "                       tokenizer.json) that generate/perplexity load without requantizing\n"
+      "  quantize-model MODEL --format FMT --out DIR   the same with --method rtn\n"
       "  formats              the format catalogue with effective bits per weight\n"
       "  demo [--device cpu|cuda] [--m 16] [--n 4096] [--k 4096] [--formats a,b,...]\n"
       "       [--seed S] [--reps R]\n"
@@ -242,6 +248,7 @@ int main(int argc, char** argv) {
     if (cmd == "perplexity") return run_perplexity(argc, argv);
     if (cmd == "tokenize") return run_tokenize(argc, argv);
     if (cmd == "quantize-model") return run_quantize_model(argc, argv);
+    if (cmd == "quantize") return run_quantize(argc, argv);
     if (cmd == "bench-model") return run_bench_model(argc, argv);
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);

@@ -63,6 +63,12 @@ void GpuLinear::check_mode(const std::string& mode) {
     detail::fail(ErrorCode::unsupported,
                  "nibble::llm: the CUDA backend runs bf16 and nibble formats; f32 is the CPU "
                  "backend's reference mode (use --device cpu, or --format bf16)");
+  if (mode.rfind(kSimPrefix, 0) == 0)
+    detail::fail(ErrorCode::unsupported,
+                 "nibble::llm: '" + mode +
+                     "' is the CPU backend's simulated study mode (docs/accuracy.md); the CUDA "
+                     "backend runs the formats themselves (--format " +
+                     mode.substr(sizeof kSimPrefix - 1) + ")");
 }
 
 GpuLinear::Path GpuLinear::choose_path(const std::string& mode, int64_t k_padded) {
