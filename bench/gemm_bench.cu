@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "bench/gemm_bench.h"
 #include "nibble/nibble.h"
 
@@ -29,12 +30,6 @@ namespace nibble::bench {
 
 namespace {
 
-#define BENCH_CUDA(call)                                                                   \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess)                                                                 \
-      throw Error(ErrorCode::cuda_error, std::string(#call) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
 #define BENCH_CUBLAS(call)                                                                 \
   do {                                                                                     \
     cublasStatus_t s_ = (call);                                                            \
@@ -42,85 +37,6 @@ namespace {
       throw Error(ErrorCode::cuda_error, std::string(#call) + ": cuBLAS status " +         \
                                              std::to_string(static_cast<int>(s_)));        \
   } while (0)
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-// Random bytes on the device (xorshift on the host, copied up): never zeros.
-void fill_random(void* dst, size_t bytes, uint64_t seed) {
-  std::vector<uint64_t> host((bytes + 7) / 8);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : host) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = x;
-  }
-  BENCH_CUDA(cudaMemcpy(dst, host.data(), bytes, cudaMemcpyHostToDevice));
-}
-
-// Uniform in [-1, 1): cheap enough for the gigabytes of peer weights a run needs.
-void fill_bf16(void* dst, size_t count, uint64_t seed) {
-  std::vector<uint16_t> host(count);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : host) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = f32_to_bf16_bits(static_cast<float>(x >> 40) * 0x1p-23f - 1.0f);
-  }
-  BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 2, cudaMemcpyHostToDevice));
-}
-
-void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed) {
-  std::vector<float> host(count);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (auto& v : host) v = u(rng);
-  BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 4, cudaMemcpyHostToDevice));
-}
-
-// Median per-call microseconds of `op(i)` captured `iters` times into one graph.
-double time_graph(cudaStream_t stream, int iters, int reps, const std::function<void(int)>& op) {
-  for (int i = 0; i < 3; ++i) op(i);  // warm-up outside capture (allocations, autotuning)
-  BENCH_CUDA(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < iters; ++i) op(i);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaStreamSynchronize(stream));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  std::vector<double> us;
-  for (int r = 0; r < reps; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0, stream));
-    BENCH_CUDA(cudaGraphLaunch(exec, stream));
-    BENCH_CUDA(cudaEventRecord(e1, stream));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(1000.0 * ms / iters);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
-int copies_for(size_t bytes, int64_t l2) {
-  return static_cast<int>(std::clamp<int64_t>(3 * l2 / std::max<int64_t>(bytes, 1) + 1, 2, 64));
-}
 
 struct Record {
   std::string op, kernel, error;
@@ -163,13 +79,6 @@ double packed_bytes(const PackedWeight& p) {
          (p.zeros.defined() ? double(p.zeros.nbytes()) : 0.0);
 }
 
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 int run_gemm_bench(const GemmBenchOptions& opt) {
@@ -186,16 +95,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
   DeviceBuffer lt_ws(lt_ws_bytes);
 
   // Ceiling: device-to-device copy, bytes read + written.
-  double copy_gbps = 0;
-  {
-    const size_t bytes = size_t(1) << 30;
-    DeviceBuffer src(bytes), dst(bytes);
-    fill_random(src.p, 1 << 20, 7);
-    const double us = time_graph(stream, 5, 5, [&](int) {
-      BENCH_CUDA(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream));
-    });
-    copy_gbps = 2.0 * bytes / (us * 1e3);
-  }
+  const double copy_gbps = copy_ceiling_gbps(stream);
   std::printf("# %s, %d SMs, L2 %lld MiB; copy ceiling %.0f GB/s (read+write)\n", dev.name.c_str(),
               dev.sm_count, static_cast<long long>(dev.l2_bytes >> 20), copy_gbps);
 
@@ -242,13 +142,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
           r.us = time_graph(stream, opt.iters, opt.reps, fn);
         } catch (const Error& e) {
           r.error = e.what();
-          cudaGetLastError();
-          cudaStreamCaptureStatus st;
-          if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
-            cudaGraph_t g;
-            cudaStreamEndCapture(stream, &g);
-            if (g) cudaGraphDestroy(g);
-          }
+          abandon_capture(stream);
         }
         records.push_back(r);
       };

@@ -46,13 +46,16 @@ if [ $run_tests -eq 1 ]; then
   ctest --test-dir "$bin" -j 4 --timeout 300 -LE llm --output-on-failure >> "$out/test.log" 2>&1
   test_rc=$?
   grep -E "tests passed|tests failed|Skipped|Failed" "$out/test.log" | tail -15
-  # compute-sanitizer on the tensor-core kernels: out-of-bounds / misaligned accesses
-  # (memcheck) and shared-memory races (racecheck) on odd shapes, split-K included.
+  # compute-sanitizer on the tensor-core kernels and the activation quantizer: out-of-bounds /
+  # misaligned accesses (memcheck) and shared-memory races (racecheck) on odd shapes, split-K,
+  # strided / unaligned rows and rows streamed from global memory included.
   # racecheck is much slower than memcheck, so it runs the split-K test alone (both kernels,
   # split and unsplit tiles).
   for tool in memcheck racecheck; do
     filter='CudaW4A8.S32IsBitExactOnOddShapes:CudaW4A8.SplitKIsDeterministic:CudaWeightOnly.*'
-    [ $tool = racecheck ] && filter='CudaW4A8.SplitKIsDeterministic:CudaWeightOnly.SplitKIsDeterministicAndExplained'
+    filter+=':CudaActQuant.StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched'
+    filter+=':CudaActQuant.NormedInPlaceOverwritesXWithY'
+    [ $tool = racecheck ] && filter='CudaW4A8.SplitKIsDeterministic:CudaWeightOnly.SplitKIsDeterministicAndExplained:CudaActQuant.NormedInPlaceOverwritesXWithY'
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 10 "$bin/tests/cpp/nibble_tests" \
       --gtest_filter="$filter" \
       > "$out/sanitizer-$tool.log" 2>&1 && echo "compute-sanitizer $tool: clean" | tee -a "$out/test.log" \

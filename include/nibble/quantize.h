@@ -56,18 +56,54 @@ void quantize_weight(const TensorView& w, const QuantizedWeightView& out);
 /// Dequantizes to f32 (N, K) on the CPU: the exact inverse mapping of the format.
 void dequantize_weight(const QuantizedWeightView& w, const TensorView& out);
 
+/// Operations fused in front of activation quantization: the RMSNorm that precedes a linear
+/// layer in Llama, and SmoothQuant's per-channel division. A default-constructed (rank 0, null)
+/// view switches its step off; with every view empty the quantizers see x itself. For a row x of
+/// dtype T (f32/f16/bf16), step by step (docs/formats.md §6.1 has the exact rounding points):
+///
+///   RMSNorm:     r    = 1 / sqrt(ms + eps)             ms = mean_k x[k]² (f32, see below)
+///                y[k] = round_T(round_T(x[k] · r) · rms_weight[k])      (each product in f32)
+///   SmoothQuant: v[k] = y[k] / smooth[k]                                 (one f32 division)
+///   quantize v:  per token (s = max_k |v[k]| / qmax) or static (the given scale)
+///
+/// Without RMSNorm y = x; without smooth v = y. ms is the mean of the squares summed exactly in
+/// 62-bit fixed point on a grid set by the row's largest |x| (relative error below 2^-29 for
+/// K ≤ 65536), so CPU and GPU agree to the bit whatever their summation order.
+struct ActQuantFusion {
+  TensorView rms_weight;  ///< (K) x's dtype or f32: RMSNorm weight; empty: no RMSNorm
+  float rms_eps = 1e-6f;  ///< RMSNorm epsilon, positive and finite (HF Llama's default 1e-6)
+  TensorView smooth;      ///< (K) f32/f16/bf16 SmoothQuant divisor, positive; empty: none
+  TensorView normed;      ///< (M, K) x's dtype, any row stride: receives y (needs rms_weight);
+                          ///< may be x itself (in place); empty: not written
+};
+
 /// Dynamic per-token quantization of x (M, K) f32/f16/bf16: for each row, amax = max|x|,
 /// s = amax/qmax (qmax 127 for s8, 7 for s4, 448 for e4m3), q = round(x / s) clamped to
 /// [-qmax, qmax] (e4m3: converted with satfinite). A row of zeros gets s = 0 and q = 0.
 /// x must be finite: the CPU rejects NaN/inf (invalid_argument); on the GPU such a row gets a
 /// non-finite scale, so its linear output is NaN/inf rather than silently finite.
-/// Runs on the device of x (CPU reference, or CUDA for s8 per-token).
+/// Runs on the device of x (CPU reference, or CUDA).
 void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
                          Stream stream = nullptr);
+
+/// The same with RMSNorm and/or a SmoothQuant divide fused in front (ActQuantFusion): the row
+/// is read once, normalized, divided, its scale found and quantized in one kernel on the GPU.
+/// Every fusion view must be on x's device with a contiguous last dimension. On the CPU the
+/// values v must come out finite (a zero or tiny smooth[k] is rejected with the position); the
+/// GPU does not check smooth, rms_weight or v (a zero smooth[k] gives that row a non-finite
+/// scale).
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         const ActQuantFusion& fusion, Stream stream = nullptr);
 
 /// Static per-tensor int8: q = clamp(round(x / scale), -127, 127); out.scales (1) gets scale.
 void quantize_activation_static(const TensorView& x, float scale,
                                 const QuantizedActivationView& out, Stream stream = nullptr);
+
+/// Static per-tensor int8 of the fused values v (ActQuantFusion): q = clamp(round(v / scale),
+/// -127, 127), with the calibrated scale of v (after the norm and the divide).
+void quantize_activation_static(const TensorView& x, float scale,
+                                const QuantizedActivationView& out, const ActQuantFusion& fusion,
+                                Stream stream = nullptr);
 
 /// Dequantizes activations to f32 (M, K) on the CPU.
 void dequantize_activation(const QuantizedActivationView& a, const TensorView& out);

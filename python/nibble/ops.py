@@ -218,36 +218,70 @@ def empty_activation(scheme: str, m: int, k: int, like: Array) -> QuantizedActiv
                                _arrays.empty("f32", (rows,), like))
 
 
-def quantize_activation(x: Array, scheme: Union[str, LinearFormat] = "s8_per_token", *,
-                        out: Optional[QuantizedActivation] = None,
-                        stream: Any = None) -> QuantizedActivation:
-    """Dynamic per-token quantization of activations X (M, K) f32/f16/bf16, on x's device.
+def _fusion_args(x, rms_weight, rms_eps, smooth, normed_out, return_normed):
+    """The C++ fusion arguments, allocating `normed_out` like x when asked to return it."""
+    if return_normed and normed_out is None:
+        if rms_weight is None:
+            raise _C.InvalidArgumentError(
+                "nibble: return_normed needs rms_weight (normed is the RMSNorm output)")
+        normed_out = _arrays.empty(_arrays.natural_dtype(x) or "f32",
+                                   (int(x.shape[0]), int(x.shape[-1])), x)
+    return (dict(rms_weight=_arrays.arg(rms_weight), rms_eps=float(rms_eps),
+                 smooth=_arrays.arg(smooth), normed=_arrays.arg(normed_out)), normed_out)
 
-    For each row m: amax = max_k |x[m,k]|, s[m] = amax / qmax (one f32 division; qmax 127 for
-    ``s8_per_token``, 7 for ``s4_per_token``, 448 for ``e4m3_per_token``), q = round(x / s)
+
+def quantize_activation(x: Array, scheme: Union[str, LinearFormat] = "s8_per_token", *,
+                        rms_weight: Optional[Array] = None, rms_eps: float = 1e-6,
+                        smooth: Optional[Array] = None, normed_out: Optional[Array] = None,
+                        return_normed: bool = False,
+                        out: Optional[QuantizedActivation] = None,
+                        stream: Any = None):
+    """Dynamic per-token quantization of activations X (M, K) f32/f16/bf16, on x's device,
+    optionally with RMSNorm and a SmoothQuant divide fused in front (one kernel on the GPU).
+
+    The values quantized, per row m (docs/formats.md §6.1 gives the exact rounding points):
+
+      RMSNorm (``rms_weight`` (K) in x's dtype or f32):
+          r = 1 / sqrt(mean_k x[m,k]² + rms_eps)        (the mean is exact: an integer sum)
+          y[m,k] = round_x(round_x(x[m,k] · r) · rms_weight[k])      (round_x: to x's dtype)
+      SmoothQuant (``smooth`` (K) f32/f16/bf16, positive):  v = y / smooth[k]
+      without them y = x and v = y.
+
+    Then amax = max_k |v[m,k]|, s[m] = amax / qmax (one f32 division; qmax 127 for
+    ``s8_per_token``, 7 for ``s4_per_token``, 448 for ``e4m3_per_token``), q = round(v / s)
     clamped to [−qmax, qmax] (e4m3: converted with saturation). A row of zeros gets s = 0 and
     q = 0. ``scheme`` may also be a linear format string (its activation scheme is used).
+    ``normed_out`` (M, K) in x's dtype (x itself for in place) receives y; with
+    ``return_normed=True`` it is allocated like x and the call returns (activation, normed).
     Returns QuantizedActivation(q (M, K) s8 / s4 / e4m3, scales f32 (M)). On the CPU, NaN or
-    infinite inputs raise InvalidArgumentError; on the GPU such a row gets a non-finite scale.
+    infinite inputs (or fused values) raise InvalidArgumentError; on the GPU such a row gets a
+    non-finite scale.
     """
     scheme = _act_scheme(scheme)
     if out is None:
         out = empty_activation(scheme, int(x.shape[0]), int(x.shape[-1]), x)
-    _C.quantize_activation(_arrays.arg(x), out._c(), _arrays.stream_handle(stream, x))
-    return out
+    fusion, normed_out = _fusion_args(x, rms_weight, rms_eps, smooth, normed_out, return_normed)
+    _C.quantize_activation(_arrays.arg(x), out._c(), _arrays.stream_handle(stream, x), **fusion)
+    return (out, normed_out) if return_normed else out
 
 
-def quantize_activation_static(x: Array, scale: float, *,
+def quantize_activation_static(x: Array, scale: float, *, rms_weight: Optional[Array] = None,
+                               rms_eps: float = 1e-6, smooth: Optional[Array] = None,
+                               normed_out: Optional[Array] = None, return_normed: bool = False,
                                out: Optional[QuantizedActivation] = None,
-                               stream: Any = None) -> QuantizedActivation:
-    """Static per-tensor int8 quantization with a calibrated scale: q = clamp(round(x / scale),
-    −127, 127). x (M, K) f32/f16/bf16; returns QuantizedActivation("s8_per_tensor", q (M, K)
-    int8, scales f32 (1) = [scale]). ``scale`` must be positive and finite."""
+                               stream: Any = None):
+    """Static per-tensor int8 quantization with a calibrated scale: q = clamp(round(v / scale),
+    −127, 127), where v is x, or x after the fused RMSNorm and SmoothQuant divide exactly as
+    in `quantize_activation` (``rms_weight``, ``rms_eps``, ``smooth``, ``normed_out``,
+    ``return_normed``). x (M, K) f32/f16/bf16; returns QuantizedActivation("s8_per_tensor",
+    q (M, K) int8, scales f32 (1) = [scale]). ``scale`` must be positive and finite and is
+    the calibrated scale of v."""
     if out is None:
         out = empty_activation("s8_per_tensor", int(x.shape[0]), int(x.shape[-1]), x)
+    fusion, normed_out = _fusion_args(x, rms_weight, rms_eps, smooth, normed_out, return_normed)
     _C.quantize_activation_static(_arrays.arg(x), float(scale), out._c(),
-                                  _arrays.stream_handle(stream, x))
-    return out
+                                  _arrays.stream_handle(stream, x), **fusion)
+    return (out, normed_out) if return_normed else out
 
 
 def dequantize_activation(a: QuantizedActivation, *, out: Optional[Array] = None) -> Array:

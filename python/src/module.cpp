@@ -138,26 +138,43 @@ NB_MODULE(_C, m) {
     nb::gil_scoped_release release;
     nibble::dequantize_weight(wv, ov);
   });
+  // The fusion arguments (None: that step is off), as ActQuantFusion.
+  const auto fusion_of = [](Call& c, nb::handle rms_weight, float rms_eps, nb::handle smooth,
+                            nb::handle normed) {
+    nibble::ActQuantFusion f;
+    f.rms_weight = c.input(rms_weight, "fusion.rms_weight");
+    f.rms_eps = rms_eps;
+    f.smooth = c.input(smooth, "fusion.smooth");
+    f.normed = c.output(normed, "fusion.normed");
+    return f;
+  };
   m.def(
       "quantize_activation",
-      [](nb::handle x, nb::handle out, uintptr_t stream) {
+      [fusion_of](nb::handle x, nb::handle out, uintptr_t stream, nb::handle rms_weight,
+                  float rms_eps, nb::handle smooth, nb::handle normed) {
         Call c("quantize_activation");
         const nibble::TensorView xv = c.input(x, "x");
         const nibble::QuantizedActivationView ov = c.activation(out, "out", true);
+        const nibble::ActQuantFusion f = fusion_of(c, rms_weight, rms_eps, smooth, normed);
         nb::gil_scoped_release release;
-        nibble::quantize_activation(xv, ov, stream_from(stream));
+        nibble::quantize_activation(xv, ov, f, stream_from(stream));
       },
-      nb::arg("x"), nb::arg("out"), nb::arg("stream") = 0);
+      nb::arg("x"), nb::arg("out"), nb::arg("stream") = 0, nb::arg("rms_weight") = nb::none(),
+      nb::arg("rms_eps") = 1e-6f, nb::arg("smooth") = nb::none(), nb::arg("normed") = nb::none());
   m.def(
       "quantize_activation_static",
-      [](nb::handle x, float scale, nb::handle out, uintptr_t stream) {
+      [fusion_of](nb::handle x, float scale, nb::handle out, uintptr_t stream,
+                  nb::handle rms_weight, float rms_eps, nb::handle smooth, nb::handle normed) {
         Call c("quantize_activation_static");
         const nibble::TensorView xv = c.input(x, "x");
         const nibble::QuantizedActivationView ov = c.activation(out, "out", true);
+        const nibble::ActQuantFusion f = fusion_of(c, rms_weight, rms_eps, smooth, normed);
         nb::gil_scoped_release release;
-        nibble::quantize_activation_static(xv, scale, ov, stream_from(stream));
+        nibble::quantize_activation_static(xv, scale, ov, f, stream_from(stream));
       },
-      nb::arg("x"), nb::arg("scale"), nb::arg("out"), nb::arg("stream") = 0);
+      nb::arg("x"), nb::arg("scale"), nb::arg("out"), nb::arg("stream") = 0,
+      nb::arg("rms_weight") = nb::none(), nb::arg("rms_eps") = 1e-6f,
+      nb::arg("smooth") = nb::none(), nb::arg("normed") = nb::none());
   m.def("dequantize_activation", [](nb::handle a, nb::handle out) {
     Call c("dequantize_activation");
     const nibble::QuantizedActivationView av = c.activation(a, "a", false);

@@ -113,18 +113,93 @@ void dequantize_weight(const QuantizedWeightView& w, const TensorView& out) {
   cpu::dequantize_weight(w, out);
 }
 
+namespace {
+
+// A fusion view is switched off by leaving it default-constructed; anything else must be valid.
+bool present(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
+
+// Per-channel vectors (K) of the fusion: contiguous, on x's device.
+void check_channel_vector(const ArgCheck& check, const TensorView& t, const char* arg,
+                          std::initializer_list<DType> dtypes, const TensorView& x) {
+  check.tensor(t, arg, 1);
+  check.dtype(t, arg, dtypes);
+  check.shape(t, arg, {x.size(1)});
+  check.rows_packed(t, arg);
+  check.device(t, arg, x.device);
+}
+
+void check_fusion(const ArgCheck& check, const TensorView& x, const ActQuantFusion& f) {
+  if (present(f.rms_weight)) {
+    if (x.dtype == DType::f32)
+      check_channel_vector(check, f.rms_weight, "fusion.rms_weight", {DType::f32}, x);
+    else
+      check_channel_vector(check, f.rms_weight, "fusion.rms_weight", {x.dtype, DType::f32}, x);
+    check.condition(std::isfinite(f.rms_eps) && f.rms_eps > 0.0f, "fusion.rms_eps",
+                    "must be positive and finite, got " + std::to_string(f.rms_eps));
+  }
+  if (present(f.smooth))
+    check_channel_vector(check, f.smooth, "fusion.smooth", {DType::f32, DType::f16, DType::bf16},
+                         x);
+  if (present(f.normed)) {
+    check.condition(present(f.rms_weight), "fusion.normed",
+                    "receives the RMSNorm output y and needs fusion.rms_weight");
+    check.tensor(f.normed, "fusion.normed", 2);
+    check.dtype(f.normed, "fusion.normed", {x.dtype});
+    check.shape(f.normed, "fusion.normed", {x.size(0), x.size(1)});
+    check.rows_packed(f.normed, "fusion.normed");
+    check.device(f.normed, "fusion.normed", x.device);
+  }
+}
+
+// The CPU checks the values it can see: the fusion's vectors, then the fused values v (a zero
+// smooth[k], or a product that overflows x's dtype, would reach an integer conversion).
+cpu::FusedActivation fuse_on_cpu(const ArgCheck& check, const TensorView& x,
+                                 const ActQuantFusion& f) {
+  for (int64_t k = 0; present(f.rms_weight) && k < x.size(1); ++k)
+    if (!std::isfinite(load_float(f.rms_weight.data, f.rms_weight.dtype, k)))
+      check.fail("fusion.rms_weight", "must be finite, got a NaN or infinity at " +
+                                          std::to_string(k));
+  for (int64_t k = 0; present(f.smooth) && k < x.size(1); ++k) {
+    const float s = load_float(f.smooth.data, f.smooth.dtype, k);
+    if (!(std::isfinite(s) && s > 0.0f))
+      check.fail("fusion.smooth",
+                 "must be positive and finite, got " + std::to_string(s) + " at " +
+                     std::to_string(k));
+  }
+  cpu::FusedActivation a = cpu::fuse_activation(x, f);
+  for (size_t i = 0; i < a.v.size(); ++i)
+    if (!std::isfinite(a.v[i]))
+      check.fail("x", "must give finite values after the fused RMSNorm and smooth divide, got " +
+                          std::to_string(a.v[i]) + " at (" + std::to_string(int64_t(i) / a.k) +
+                          ", " + std::to_string(int64_t(i) % a.k) + ")");
+  return a;
+}
+
+}  // namespace
+
 void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
                          Stream stream) {
+  quantize_activation(x, out, ActQuantFusion{}, stream);
+}
+
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         const ActQuantFusion& fusion, Stream stream) {
   const ArgCheck check("quantize_activation");
   check_float_matrix(check, x, "x");
   check_activation_out(check, x, out);
   check.condition(out.scheme != ActScheme::s8_per_tensor, "out.scheme",
                   "is s8_per_tensor, a static scheme: use quantize_activation_static");
+  check_fusion(check, x, fusion);
   detail::check_backend(check, x.device);
   check_finite_on_cpu(check, x, "x");
-  if (x.device.type == DeviceType::cpu) return cpu::quantize_activation(x, out);
+  if (x.device.type == DeviceType::cpu) {
+    const cpu::FusedActivation a = fuse_on_cpu(check, x, fusion);
+    cpu::quantize_activation(a, out);
+    if (present(fusion.normed)) cpu::store_normed(a, fusion.normed);
+    return;
+  }
 #if NIBBLE_WITH_CUDA
-  cuda::quantize_activation(x, out, stream);
+  cuda::quantize_activation(x, out, fusion, stream);
 #else
   (void)stream;
 #endif
@@ -132,6 +207,12 @@ void quantize_activation(const TensorView& x, const QuantizedActivationView& out
 
 void quantize_activation_static(const TensorView& x, float scale,
                                 const QuantizedActivationView& out, Stream stream) {
+  quantize_activation_static(x, scale, out, ActQuantFusion{}, stream);
+}
+
+void quantize_activation_static(const TensorView& x, float scale,
+                                const QuantizedActivationView& out, const ActQuantFusion& fusion,
+                                Stream stream) {
   const ArgCheck check("quantize_activation_static");
   check_float_matrix(check, x, "x");
   check.condition(std::isfinite(scale) && scale > 0.0f, "scale",
@@ -139,11 +220,17 @@ void quantize_activation_static(const TensorView& x, float scale,
   check_activation_out(check, x, out);
   check.condition(out.scheme == ActScheme::s8_per_tensor, "out.scheme",
                   std::string("must be s8_per_tensor, got ") + to_string(out.scheme));
+  check_fusion(check, x, fusion);
   detail::check_backend(check, x.device);
   check_finite_on_cpu(check, x, "x");
-  if (x.device.type == DeviceType::cpu) return cpu::quantize_activation_static(x, scale, out);
+  if (x.device.type == DeviceType::cpu) {
+    const cpu::FusedActivation a = fuse_on_cpu(check, x, fusion);
+    cpu::quantize_activation_static(a, scale, out);
+    if (present(fusion.normed)) cpu::store_normed(a, fusion.normed);
+    return;
+  }
 #if NIBBLE_WITH_CUDA
-  cuda::quantize_activation_static(x, scale, out, stream);
+  cuda::quantize_activation(x, out, fusion, stream, scale);
 #else
   (void)stream;
 #endif

@@ -3,6 +3,7 @@
 // before the integers are computed, so dequantization uses exactly the stored numbers.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -167,32 +168,91 @@ void dequantize_weight(const QuantizedWeightView& w, const TensorView& out) {
     for (int64_t k = 0; k < w.k; ++k) set_float(out, n, k, dequantize_weight_element(w, n, k));
 }
 
-void quantize_activation(const TensorView& x, const QuantizedActivationView& out) {
-  const int64_t m_rows = x.size(0), k_cols = x.size(1);
+int rms_fixed_point_bits(int64_t k) {
+  int ceil_log2 = 0;
+  while ((int64_t{1} << ceil_log2) < k) ++ceil_log2;
+  return 62 - ceil_log2;
+}
+
+float rms_mean_square(const float* row, int64_t k) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(row[i]));
+  if (amax == 0.0f) return 0.0f;
+  // amax < 2^e, so every x² < 2^(2e) and every term below is at most 2^bits; K of them sum to
+  // at most 2^62. The sum of integers is exact, so its order does not matter.
+  int e = 0;
+  std::frexp(amax, &e);
+  const int bits = rms_fixed_point_bits(k);
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const double sq = static_cast<double>(row[i]) * static_cast<double>(row[i]);  // exact
+    sum += static_cast<uint64_t>(std::nearbyint(std::ldexp(sq, bits - 2 * e)));
+  }
+  // The mean multiplies by RN64(1/K) rather than dividing: one product, the same bits on a GPU
+  // without a division subroutine.
+  return static_cast<float>(std::ldexp(static_cast<double>(sum), 2 * e - bits) *
+                            (1.0 / static_cast<double>(k)));
+}
+
+FusedActivation fuse_activation(const TensorView& x, const ActQuantFusion& fusion) {
+  FusedActivation a;
+  a.m = x.size(0);
+  a.k = x.size(1);
+  const bool norm = fusion.rms_weight.data != nullptr, smooth = fusion.smooth.data != nullptr;
+  a.v.resize(static_cast<size_t>(a.m * a.k));
+  if (norm) a.y.resize(a.v.size());
+  std::vector<float> row(static_cast<size_t>(a.k));
+  for (int64_t m = 0; m < a.m; ++m) {
+    for (int64_t k = 0; k < a.k; ++k) row[static_cast<size_t>(k)] = get_float(x, m, k);
+    float r = 0.0f;
+    if (norm) r = 1.0f / std::sqrt(rms_mean_square(row.data(), a.k) + fusion.rms_eps);
+    for (int64_t k = 0; k < a.k; ++k) {
+      const size_t i = static_cast<size_t>(m * a.k + k);
+      float y = row[static_cast<size_t>(k)];
+      if (norm) {
+        // Llama: the normalized value is rounded to x's dtype before the weight multiplies it,
+        // and the product is rounded to x's dtype again (HF LlamaRMSNorm, vLLM's fused kernels).
+        y = round_to_dtype(round_to_dtype(y * r, x.dtype) * get_float(fusion.rms_weight, k, 0),
+                           x.dtype);
+        a.y[i] = y;
+      }
+      a.v[i] = smooth ? y / get_float(fusion.smooth, k, 0) : y;
+    }
+  }
+  return a;
+}
+
+void quantize_activation(const FusedActivation& a, const QuantizedActivationView& out) {
   const float qmax = out.scheme == ActScheme::s4_per_token     ? 7.0f
                      : out.scheme == ActScheme::e4m3_per_token ? 448.0f
                                                                : 127.0f;
-  for (int64_t m = 0; m < m_rows; ++m) {
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* v = a.v.data() + m * a.k;
     float amax = 0.0f;
-    for (int64_t k = 0; k < k_cols; ++k) amax = std::max(amax, std::fabs(get_float(x, m, k)));
+    for (int64_t k = 0; k < a.k; ++k) amax = std::max(amax, std::fabs(v[k]));
     const float s = amax / qmax;
     set_float(out.scales, m, 0, s);
-    for (int64_t k = 0; k < k_cols; ++k) {
-      const float v = get_float(x, m, k);
+    for (int64_t k = 0; k < a.k; ++k) {
       if (out.scheme == ActScheme::e4m3_per_token)
-        set_float(out.q, m, k, s == 0.0f ? 0.0f : v / s);  // satfinite rounding in store
+        set_float(out.q, m, k, s == 0.0f ? 0.0f : v[k] / s);  // satfinite rounding in store
       else
-        set_int(out.q, m, k, quantize_int(v, s, -static_cast<int>(qmax), static_cast<int>(qmax)));
+        set_int(out.q, m, k,
+                quantize_int(v[k], s, -static_cast<int>(qmax), static_cast<int>(qmax)));
     }
   }
 }
 
-void quantize_activation_static(const TensorView& x, float scale,
+void quantize_activation_static(const FusedActivation& a, float scale,
                                 const QuantizedActivationView& out) {
   set_float(out.scales, 0, 0, scale);
-  for (int64_t m = 0; m < x.size(0); ++m)
-    for (int64_t k = 0; k < x.size(1); ++k)
-      set_int(out.q, m, k, quantize_int(get_float(x, m, k), scale, -127, 127));
+  for (int64_t m = 0; m < a.m; ++m)
+    for (int64_t k = 0; k < a.k; ++k)
+      set_int(out.q, m, k, quantize_int(a.v[static_cast<size_t>(m * a.k + k)], scale, -127, 127));
+}
+
+void store_normed(const FusedActivation& a, const TensorView& normed) {
+  for (int64_t m = 0; m < a.m; ++m)
+    for (int64_t k = 0; k < a.k; ++k) set_float(normed, m, k, a.y[static_cast<size_t>(m * a.k + k)]);
 }
 
 void dequantize_activation(const QuantizedActivationView& a, const TensorView& out) {

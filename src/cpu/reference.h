@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "nibble/quantize.h"
 #include "nibble/types.h"
@@ -19,9 +20,27 @@ int quantize_int(float x, float scale, int lo, int hi);
 
 void quantize_weight(const TensorView& w, const QuantizedWeightView& out);
 void dequantize_weight(const QuantizedWeightView& w, const TensorView& out);
-void quantize_activation(const TensorView& x, const QuantizedActivationView& out);
-void quantize_activation_static(const TensorView& x, float scale,
+
+/// Activation quantization runs in two steps so that the API can check the fused values before
+/// any output is written: fuse_activation computes, for x (M, K) and ActQuantFusion, the values
+/// v that get quantized and the normalized rows y (both (M, K) row-major f32; y holds values of
+/// x's dtype and is empty without RMSNorm); the quantizers then write q and the scales.
+struct FusedActivation {
+  int64_t m = 0, k = 0;
+  std::vector<float> v, y;
+};
+FusedActivation fuse_activation(const TensorView& x, const ActQuantFusion& fusion);
+void quantize_activation(const FusedActivation& a, const QuantizedActivationView& out);
+void quantize_activation_static(const FusedActivation& a, float scale,
                                 const QuantizedActivationView& out);
+void store_normed(const FusedActivation& a, const TensorView& normed);
+
+/// RMSNorm's mean of squares of a row (docs/formats.md §6.1): with amax = max|x| < 2^e, the
+/// terms rne(x² · 2^(bits − 2e)) are summed exactly in a uint64, and
+/// ms = f32(f64(sum) · 2^(2e − bits) · RN64(1/K)); 0 for a zero row.
+float rms_mean_square(const float* row, int64_t k);
+/// bits = 62 − ceil(log2 K): K terms of at most 2^bits sum to at most 2^62.
+int rms_fixed_point_bits(int64_t k);
 void dequantize_activation(const QuantizedActivationView& a, const TensorView& out);
 void pack_int4(const TensorView& unpacked, const TensorView& packed);
 void unpack_int4(const TensorView& packed, const TensorView& unpacked);

@@ -16,38 +16,11 @@
 
 namespace nibble::cuda {
 
-namespace {
-
-float act_qmax(ActScheme s) {
-  return s == ActScheme::s4_per_token ? 7.0f : s == ActScheme::e4m3_per_token ? 448.0f : 127.0f;
-}
-
-ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& out) {
-  ActQuantArgs args;
-  args.m = x.size(0);
-  args.k = x.size(1);
-  args.x = operand(x);
-  args.q = out.q.data;
-  args.q_dtype = out.q.dtype;
-  args.q_row_stride = out.q.stride(0);
-  args.scales = static_cast<float*>(out.scales.data);
-  args.qmax = act_qmax(out.scheme);
-  return args;
-}
-
-}  // namespace
-
-void quantize_activation(const TensorView& x, const QuantizedActivationView& out, Stream stream) {
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         const ActQuantFusion& fusion, Stream stream, float static_scale) {
   detail::DeviceGuard guard(x.device.index);
-  launch_act_quant(act_quant_args(x, out), stream);
-}
-
-void quantize_activation_static(const TensorView& x, float scale,
-                                const QuantizedActivationView& out, Stream stream) {
-  detail::DeviceGuard guard(x.device.index);
-  ActQuantArgs args = act_quant_args(x, out);
-  args.static_scale = scale;
-  launch_act_quant(args, stream);
+  const ActQuantArgs args = act_quant_args(x, out, fusion, static_scale);
+  launch_act_quant(args, plan_act_quant(args, cuda_device_info(x.device.index).sm_count), stream);
 }
 
 void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Stream stream) {

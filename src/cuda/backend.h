@@ -12,9 +12,10 @@
 
 namespace nibble::cuda {
 
-void quantize_activation(const TensorView& x, const QuantizedActivationView& out, Stream stream);
-void quantize_activation_static(const TensorView& x, float scale,
-                                const QuantizedActivationView& out, Stream stream);
+/// Activation quantization with its fusions: per token when static_scale is 0, else static
+/// per tensor with that scale.
+void quantize_activation(const TensorView& x, const QuantizedActivationView& out,
+                         const ActQuantFusion& fusion, Stream stream, float static_scale = 0.0f);
 void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Stream stream);
 void linear(const QuantizedActivationView& a, const QuantizedWeightView& w,
             const TensorView* bias, const TensorView& d, Stream stream);

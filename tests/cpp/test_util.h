@@ -326,6 +326,20 @@ inline TensorView as_vector(const Tensor& t) {
   return v;
 }
 
+/// A (1, K) SmoothQuant divisor: positive, log-uniform in [1/8, 8], rounded to the dtype.
+inline Tensor random_smooth(DType dtype, int64_t k, Rng& rng) {
+  Tensor t = Tensor::empty(dtype, {1, k});
+  for (int64_t c = 0; c < k; ++c) put_float(t.view(), 0, c, std::exp2(rng.uniform(-3.0, 3.0)));
+  return t;
+}
+
+/// A (1, K) RMSNorm weight: Gaussian around 1 (a few negative), rounded to the dtype.
+inline Tensor random_rms_weight(DType dtype, int64_t k, Rng& rng) {
+  Tensor t = Tensor::empty(dtype, {1, k});
+  for (int64_t c = 0; c < k; ++c) put_float(t.view(), 0, c, 1.0 + rng.normal(0.5));
+  return t;
+}
+
 /// A matrix whose rows are `pitch` elements apart (pitch ≥ cols): `view` is (rows, cols) with
 /// row stride `pitch`; the gap between rows holds `poison` bytes so that reading or writing
 /// outside the view is visible.
@@ -443,6 +457,52 @@ inline std::vector<double> linear_f64(const std::vector<double>& a, const std::v
       d[static_cast<size_t>(m * n_cols + n)] = acc;
     }
   return d;
+}
+
+/// RMSNorm's mean of squares of one row, from docs/formats.md §6.1 (written here, not shared
+/// with src/): with max|x| < 2^e and bits = 62 − ceil(log2 K), the terms rne(x² · 2^(bits−2e))
+/// are summed as integers and ms = f32(f64(sum) · 2^(2e−bits) · RN64(1/K)); 0 for a zero row.
+inline float rms_mean_square(const std::vector<float>& row) {
+  const int64_t k = static_cast<int64_t>(row.size());
+  float amax = 0;
+  for (float v : row) amax = std::max(amax, std::fabs(v));
+  if (amax == 0) return 0;
+  int e = 0;
+  std::frexp(amax, &e);
+  int ceil_log2 = 0;
+  while ((int64_t{1} << ceil_log2) < k) ++ceil_log2;
+  const int bits = 62 - ceil_log2;
+  uint64_t sum = 0;
+  for (float v : row)
+    sum += static_cast<uint64_t>(std::nearbyint(std::ldexp(double(v) * double(v), bits - 2 * e)));
+  return static_cast<float>(std::ldexp(static_cast<double>(sum), 2 * e - bits) * (1.0 / double(k)));
+}
+
+/// The normalized rows y (M, K) of RMSNorm (docs/formats.md §6.1), row-major, as f32 values of
+/// x's dtype: r = 1/sqrt(ms + eps) in f32, y = round_T(round_T(x·r)·w).
+inline std::vector<float> rmsnorm_reference(const TensorView& x, const TensorView& w, float eps) {
+  const int64_t m_rows = x.size(0), k_cols = x.size(1);
+  std::vector<float> y(static_cast<size_t>(m_rows * k_cols)), row(static_cast<size_t>(k_cols));
+  for (int64_t m = 0; m < m_rows; ++m) {
+    for (int64_t k = 0; k < k_cols; ++k) row[size_t(k)] = static_cast<float>(float_at(x, m, k));
+    const float r = 1.0f / std::sqrt(rms_mean_square(row) + eps);
+    for (int64_t k = 0; k < k_cols; ++k) {
+      const float n = round_to_dtype(row[size_t(k)] * r, x.dtype);
+      y[size_t(m * k_cols + k)] =
+          round_to_dtype(n * static_cast<float>(float_at(w, k)), x.dtype);
+    }
+  }
+  return y;
+}
+
+/// A float matrix (M, K) of `dtype` holding `values` (row-major), each rounded to the dtype.
+inline Tensor matrix_of(DType dtype, int64_t m_rows, int64_t k_cols,
+                        const std::vector<float>& values) {
+  Tensor t = Tensor::empty(dtype, {m_rows, k_cols});
+  for (int64_t m = 0; m < m_rows; ++m)
+    for (int64_t k = 0; k < k_cols; ++k)
+      put_float(t.view(), m, k, values[static_cast<size_t>(m * k_cols + k)]);
+  return t;
 }
 
 // ---- 6. Comparisons and error checks ------------------------------------------------------------

@@ -966,6 +966,138 @@ TEST(ValidateQuantizeActivationStatic, EveryErrorPath) {
       [](const QuantizeActArgs& a) { quantize_activation_static(a.x, a.scale, a.out); });
 }
 
+struct FusedActArgs {
+  TensorView x;
+  QuantizedActivationView out;
+  ActQuantFusion fusion;
+};
+
+// Every error of the fusion arguments, for both quantizers; every output (normed included)
+// stays untouched.
+TEST(ValidateQuantizeActivation, EveryFusionErrorPath) {
+  Rng rng;
+  const int64_t m = 3, k = 128;
+  Tensor x = test::random_normal(DType::bf16, m, k, rng);
+  for (int64_t c = 0; c < k; ++c) test::put_float(x.view(), 1, c, 1.0);  // x·r = 1 in row 1
+  test::put_float(x.view(), 0, 9, 0.0);  // so that only (1, 9) overflows with smooth_tiny
+  test::put_float(x.view(), 2, 9, 0.0);
+  Tensor w = test::random_rms_weight(DType::bf16, k, rng);
+  test::put_float(w.view(), 0, 9, 2.0);  // y[1, 9] = 2, v = 2 / 1e-39
+  const Tensor w_f16 = test::random_rms_weight(DType::f16, k, rng);
+  const Tensor smooth = test::random_smooth(DType::f32, k, rng);
+  const Tensor wide = Tensor::empty(DType::f32, {1, 2 * k});
+  Tensor normed = Tensor::empty(DType::bf16, {m, k});
+  Tensor bad_values = test::random_smooth(DType::f32, k, rng);  // mutated per case
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto with_value = [&](float v, int64_t at) {
+    Tensor t = bad_values.to(Device::cpu());
+    static_cast<float*>(t.data())[at] = v;
+    return t;
+  };
+  const Tensor smooth_zero = with_value(0.0f, 5), smooth_negative = with_value(-1.0f, 6),
+               smooth_nan = with_value(nan, 7), smooth_tiny = with_value(1e-39f, 9),
+               weight_inf = with_value(inf, 8);
+  using C = ErrorCase<FusedActArgs>;
+  const std::vector<C> cases = {
+      {"rms_weight null with rank 1",
+       [](FusedActArgs& a) { a.fusion.rms_weight = null_data(a.fusion.rms_weight); }, kInvalid,
+       "fusion.rms_weight", kNull},
+      {"rms_weight rank 2",
+       [](FusedActArgs& a) { a.fusion.rms_weight = with_rank(a.fusion.rms_weight, 2); }, kInvalid,
+       "fusion.rms_weight", kRank1},
+      {"rms_weight f16 for bf16 x", [&](FusedActArgs& a) { a.fusion.rms_weight = test::as_vector(w_f16); },
+       kInvalid, "fusion.rms_weight", "must have dtype bf16 or f32, got f16"},
+      {"rms_weight K − 1",
+       [](FusedActArgs& a) { a.fusion.rms_weight = with_size(a.fusion.rms_weight, 0, k - 1); },
+       kInvalid, "fusion.rms_weight", "must have shape [128], got [127]"},
+      {"rms_weight stride 2",
+       [&](FusedActArgs& a) {
+         a.fusion.rms_weight = with_stride(with_size(test::as_vector(wide), 0, k), 0, 2);
+       },
+       kInvalid, "fusion.rms_weight", kStride},
+      {"rms_weight on another device",
+       [](FusedActArgs& a) { a.fusion.rms_weight = on(a.fusion.rms_weight, kCuda); }, kInvalid,
+       "fusion.rms_weight", kSameDevice},
+      {"rms_eps 0", [](FusedActArgs& a) { a.fusion.rms_eps = 0.0f; }, kInvalid, "fusion.rms_eps",
+       "must be positive and finite"},
+      {"rms_eps −1e-6", [](FusedActArgs& a) { a.fusion.rms_eps = -1e-6f; }, kInvalid,
+       "fusion.rms_eps", "positive and finite"},
+      {"rms_eps NaN", [&](FusedActArgs& a) { a.fusion.rms_eps = nan; }, kInvalid,
+       "fusion.rms_eps", "positive and finite"},
+      {"rms_eps inf", [&](FusedActArgs& a) { a.fusion.rms_eps = inf; }, kInvalid,
+       "fusion.rms_eps", "positive and finite"},
+      {"rms_weight with an infinity",
+       [&](FusedActArgs& a) { a.fusion.rms_weight = test::as_vector(weight_inf); }, kInvalid,
+       "fusion.rms_weight", "must be finite, got a NaN or infinity at 8"},
+      {"smooth rank 2", [](FusedActArgs& a) { a.fusion.smooth = with_rank(a.fusion.smooth, 2); },
+       kInvalid, "fusion.smooth", kRank1},
+      {"smooth s8", [](FusedActArgs& a) { a.fusion.smooth = with_dtype(a.fusion.smooth, DType::s8); },
+       kInvalid, "fusion.smooth", "must have dtype f32 or f16 or bf16, got s8"},
+      {"smooth 2K", [&](FusedActArgs& a) { a.fusion.smooth = test::as_vector(wide); }, kInvalid,
+       "fusion.smooth", "must have shape [128], got [256]"},
+      {"smooth stride 2",
+       [&](FusedActArgs& a) {
+         a.fusion.smooth = with_stride(with_size(test::as_vector(wide), 0, k), 0, 2);
+       },
+       kInvalid, "fusion.smooth", kStride},
+      {"smooth on another device",
+       [](FusedActArgs& a) { a.fusion.smooth = on(a.fusion.smooth, kCuda); }, kInvalid,
+       "fusion.smooth", kSameDevice},
+      {"smooth with a zero", [&](FusedActArgs& a) { a.fusion.smooth = test::as_vector(smooth_zero); },
+       kInvalid, "fusion.smooth", "must be positive and finite, got 0.000000 at 5"},
+      {"smooth with a negative value",
+       [&](FusedActArgs& a) { a.fusion.smooth = test::as_vector(smooth_negative); }, kInvalid,
+       "fusion.smooth", "at 6"},
+      {"smooth with a NaN", [&](FusedActArgs& a) { a.fusion.smooth = test::as_vector(smooth_nan); },
+       kInvalid, "fusion.smooth", "at 7"},
+      {"smooth so small that v overflows",
+       [&](FusedActArgs& a) { a.fusion.smooth = test::as_vector(smooth_tiny); }, kInvalid, "x",
+       "must give finite values after the fused RMSNorm and smooth divide, got inf at (1, 9)"},
+      {"normed without rms_weight", [](FusedActArgs& a) { a.fusion.rms_weight = {}; }, kInvalid,
+       "fusion.normed", "needs fusion.rms_weight"},
+      {"normed rank 1", [](FusedActArgs& a) { a.fusion.normed = with_rank(a.fusion.normed, 1); },
+       kInvalid, "fusion.normed", kRank2},
+      {"normed f32 for bf16 x",
+       [](FusedActArgs& a) { a.fusion.normed = with_dtype(a.fusion.normed, DType::f32); }, kInvalid,
+       "fusion.normed", "must have dtype bf16, got f32"},
+      {"normed M − 1 rows",
+       [](FusedActArgs& a) { a.fusion.normed = with_size(a.fusion.normed, 0, m - 1); }, kInvalid,
+       "fusion.normed", "must have shape [3, 128], got [2, 128]"},
+      {"normed column stride 2",
+       [](FusedActArgs& a) { a.fusion.normed = with_stride(a.fusion.normed, 1, 2); }, kInvalid,
+       "fusion.normed", kStride},
+      {"normed on another device",
+       [](FusedActArgs& a) { a.fusion.normed = on(a.fusion.normed, kCuda); }, kInvalid,
+       "fusion.normed", kSameDevice},
+      {"all on CUDA",
+       [](FusedActArgs& a) {
+         for (TensorView* v : {&a.x, &a.out.q, &a.out.scales, &a.fusion.rms_weight,
+                               &a.fusion.smooth, &a.fusion.normed})
+           *v = on(*v, kCuda);
+       },
+       kUnsupported, "device", kNoCuda, true},
+  };
+  ActQuantFusion fusion;
+  fusion.rms_weight = test::as_vector(w);
+  fusion.smooth = test::as_vector(smooth);
+  fusion.normed = normed.view();
+  for (ActScheme scheme : {ActScheme::s8_per_token, ActScheme::s8_per_tensor}) {
+    QuantizedActivation out(scheme, m, k);
+    if (scheme == ActScheme::s8_per_tensor)
+      expect_every_error<FusedActArgs>(
+          "quantize_activation_static", {x.view(), out.view(), fusion}, cases,
+          {&out.q, &out.scales, &normed}, [](const FusedActArgs& a) {
+            quantize_activation_static(a.x, 0.05f, a.out, a.fusion);
+          });
+    else
+      expect_every_error<FusedActArgs>(
+          "quantize_activation", {x.view(), out.view(), fusion}, cases,
+          {&out.q, &out.scales, &normed},
+          [](const FusedActArgs& a) { quantize_activation(a.x, a.out, a.fusion); });
+  }
+}
+
 struct DequantizeActArgs {
   QuantizedActivationView a;
   TensorView out;

@@ -2,6 +2,8 @@
 mirrors of docs/formats.md, integer GEMMs bit-exact against numpy int64 products, linear layers
 against float64 references computed from the same quantized operands."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -150,6 +152,90 @@ def test_quantize_activation_rejects_non_finite(rng):
 
 
 # ---- integer GEMMs -------------------------------------------------------------------------------
+# ---- fused RMSNorm / SmoothQuant divide (docs/formats.md §6.1) ----------------------------------
+def rmsnorm_mirror(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """numpy mirror of the fused RMSNorm: the mean of squares as an exact integer sum on the
+    grid of the row's largest |x|, r = 1/sqrt(ms + eps) in f32, y = round_x(round_x(x·r)·w)."""
+    k = x.shape[1]
+    bits = 62 - (k - 1).bit_length()  # 62 − ceil(log2 K)
+    y = np.empty(x.shape, x.dtype)
+    for m in range(x.shape[0]):
+        row = x[m].astype(np.float32)
+        amax = float(np.abs(row).max())
+        ms = np.float32(0)
+        if amax != 0:
+            e = math.frexp(amax)[1]
+            terms = np.rint(np.ldexp(row.astype(np.float64) ** 2, bits - 2 * e)).astype(np.uint64)
+            total = int(terms.sum(dtype=np.uint64))
+            ms = np.float32(math.ldexp(float(total), 2 * e - bits) * (1.0 / k))
+        r = np.float32(1) / np.sqrt(np.float32(ms) + np.float32(eps))
+        n = (row * r).astype(x.dtype).astype(np.float32)
+        y[m] = (n * w.astype(np.float32)).astype(x.dtype)
+    return y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("k", [2, 34, 4096])
+def test_fused_quantize_activation_matches_numpy_mirror(rng, dtype, k):
+    x = (normal(rng, (5, k)) * 3).astype(dtype)
+    x[1] = 0  # a zero row
+    w = (1 + normal(rng, (k,), 0.5)).astype(dtype)
+    smooth = np.exp2(rng.uniform(-3, 3, k)).astype(np.float32)
+    normed = np.full(x.shape, np.nan, dtype)
+    a = nibble.quantize_activation(x, rms_weight=w, rms_eps=1e-5, smooth=smooth,
+                                   normed_out=normed)
+    y = rmsnorm_mirror(x, w, 1e-5)
+    np.testing.assert_array_equal(normed, y)
+    v = y.astype(np.float32) / smooth
+    s = (np.abs(v).max(axis=1) / np.float32(127)).astype(np.float32)
+    safe = np.where(s == 0, np.float32(1), s)
+    q = np.where(s[:, None] == 0, 0, np.clip(np.rint(v / safe[:, None]), -127, 127))
+    np.testing.assert_array_equal(a.scales, s)
+    np.testing.assert_array_equal(a.q, q.astype(np.int8))
+    # The unfused composition: quantizing v as an f32 matrix gives the same bytes.
+    b = nibble.quantize_activation(v)
+    np.testing.assert_array_equal(a.q, b.q)
+    np.testing.assert_array_equal(a.scales, b.scales)
+
+
+def test_fused_quantize_activation_static_s4_fp8_and_return_normed(rng):
+    x = normal(rng, (4, 64), 2.0)
+    w = (1 + normal(rng, (64,), 0.3)).astype(np.float32)
+    smooth = np.exp2(rng.uniform(-2, 2, 64)).astype(np.float32)
+    a, y = nibble.quantize_activation_static(x, 0.02, rms_weight=w, smooth=smooth,
+                                             return_normed=True)
+    np.testing.assert_array_equal(y, rmsnorm_mirror(x, w, 1e-6))
+    v = y / smooth
+    np.testing.assert_array_equal(
+        a.q, np.clip(np.rint(v / np.float32(0.02)), -127, 127).astype(np.int8))
+    for scheme in ("s4_per_token", "e4m3_per_token"):
+        fused = nibble.quantize_activation(x, scheme, rms_weight=w, smooth=smooth)
+        plain = nibble.quantize_activation(v, scheme)
+        np.testing.assert_array_equal(fused.q, plain.q)
+        np.testing.assert_array_equal(fused.scales, plain.scales)
+    inplace = x.copy()  # normed may be x itself
+    b = nibble.quantize_activation(inplace, rms_weight=w, normed_out=inplace)
+    np.testing.assert_array_equal(inplace, y)
+    np.testing.assert_array_equal(b.q, nibble.quantize_activation(y).q)
+
+
+def test_fused_quantize_activation_errors(rng):
+    x = normal(rng, (2, 16))
+    w = np.ones(16, np.float32)
+    smooth = np.ones(16, np.float32)
+    smooth[3] = 0
+    with pytest.raises(nibble.InvalidArgumentError, match=r"'fusion.smooth' must be positive.*at 3"):
+        nibble.quantize_activation(x, smooth=smooth)
+    with pytest.raises(nibble.InvalidArgumentError, match=r"'fusion.normed'.*needs fusion.rms_weight"):
+        nibble.quantize_activation(x, normed_out=np.empty_like(x))
+    with pytest.raises(nibble.InvalidArgumentError, match=r"'fusion.rms_eps' must be positive"):
+        nibble.quantize_activation(x, rms_weight=w, rms_eps=0.0)
+    with pytest.raises(nibble.InvalidArgumentError, match=r"'fusion.rms_weight' must have shape \[16\]"):
+        nibble.quantize_activation(x, rms_weight=np.ones(8, np.float32))
+    with pytest.raises(nibble.InvalidArgumentError, match="return_normed needs rms_weight"):
+        nibble.quantize_activation(x, return_normed=True)
+
+
 @pytest.mark.parametrize("m", M_EDGE)
 def test_gemm_s8s8_exact(rng, m):
     a = ints(rng, (m, 96), -128, 127)

@@ -1,11 +1,14 @@
 // nibble — command-line entry point: `nibble info`, `nibble formats`, `nibble demo`, and the
 // LLM runner's `nibble info MODEL`, `nibble generate`, `nibble perplexity`.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cli.h"
 #if NIBBLE_HAVE_BENCH
+#include "bench/act_quant_bench.h"
 #include "bench/gemm_bench.h"
 #endif
 #include "nibble/nibble.h"
@@ -109,16 +112,17 @@ int run_formats() {
   return 0;
 }
 
-int run_bench(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]) != "gemm")
-    throw Error(ErrorCode::invalid_argument, "nibble bench: expected 'nibble bench gemm [options]'");
 #if NIBBLE_HAVE_BENCH
+std::vector<int64_t> int_list(const Args& args, const std::string& name) {
+  std::vector<int64_t> out;
+  for (const auto& s : split_list(args.get(name, ""))) out.push_back(std::stoll(s));
+  return out;
+}
+
+int run_bench_gemm(int argc, char** argv) {
   const Args args = parse_args(argc, argv, 3, {"m", "shapes", "formats", "json", "iters", "reps", "commit"});
   bench::GemmBenchOptions opt;
-  if (args.has("m")) {
-    opt.ms.clear();
-    for (const auto& s : split_list(args.get("m", ""))) opt.ms.push_back(std::stoll(s));
-  }
+  if (args.has("m")) opt.ms = int_list(args, "m");
   if (args.has("shapes")) {
     std::vector<bench::Shape> chosen;
     for (const auto& s : split_list(args.get("shapes", ""))) {
@@ -138,6 +142,34 @@ int run_bench(int argc, char** argv) {
   opt.iters = static_cast<int>(args.get_int("iters", opt.iters));
   opt.reps = static_cast<int>(args.get_int("reps", opt.reps));
   return bench::run_gemm_bench(opt);
+}
+
+int run_bench_act_quant(int argc, char** argv) {
+  const Args args = parse_args(argc, argv, 3, {"m", "k", "variants", "dtype", "sweep", "json",
+                                               "iters", "reps", "commit"});
+  bench::ActQuantBenchOptions opt;
+  if (args.has("m")) opt.ms = int_list(args, "m");
+  if (args.has("k")) opt.ks = int_list(args, "k");
+  if (args.has("variants")) opt.variants = split_list(args.get("variants", ""));
+  if (args.get("variants", "") == "all") opt.variants = bench::act_quant_variants();
+  opt.dtype = args.get("dtype", opt.dtype);
+  opt.sweep = args.has("sweep");
+  opt.json_path = args.get("json", "");
+  opt.commit = args.get("commit", "unknown");
+  opt.iters = static_cast<int>(args.get_int("iters", opt.iters));
+  opt.reps = static_cast<int>(args.get_int("reps", opt.reps));
+  return bench::run_act_quant_bench(opt);
+}
+#endif
+
+int run_bench(int argc, char** argv) {
+  const std::string what = argc >= 3 ? argv[2] : "";
+  if (what != "gemm" && what != "act-quant")
+    throw Error(ErrorCode::invalid_argument,
+                "nibble bench: expected 'nibble bench gemm [options]' or 'nibble bench act-quant "
+                "[options]'");
+#if NIBBLE_HAVE_BENCH
+  return what == "gemm" ? run_bench_gemm(argc, argv) : run_bench_act_quant(argc, argv);
 #else
   (void)argv;
   throw Error(ErrorCode::unsupported, "nibble bench: this build has no CUDA backend");
@@ -193,7 +225,11 @@ void usage() {
       "                       which (n, k) each lane's bytes hold in a packed weight block\n"
       "  bench gemm [--m 1,16,...] [--shapes llama3-8b.o,4096x4096,...] [--formats ...]\n"
       "       [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"
-      "                       time W4A8 against cuBLAS bf16 and cuBLASLt int8 (GPU)\n");
+      "                       time W4A8 against cuBLAS bf16 and cuBLASLt int8 (GPU)\n"
+      "  bench act-quant [--m 1,16,...] [--k 4096,14336] [--variants s8,s8_rmsnorm,...|all]\n"
+      "       [--dtype bf16|f16|f32] [--sweep] [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"
+      "                       activation quantization (+ RMSNorm, smooth) against the copy\n"
+      "                       ceiling; --sweep also times the planner's alternatives (GPU)\n");
 }
 
 }  // namespace

@@ -49,6 +49,15 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_r
                : "r"(smem_addr(smem_row)));
 }
 
+/// ldmatrix.x4.trans: as ldmatrix_x4, each 8×8 b16 matrix transposed on the way (lane l gets
+/// elements (2(l%4), l/4) and (2(l%4)+1, l/4) of each matrix). For a row-major (k, n) tile this
+/// yields the "col" B fragment of mma.m16n8k16 (e.g. the runner's P·V, V stored key-major).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem_row)));
+}
+
 /// D = A·B + D with s8 operands and s32 accumulators, m16n8k32, A row-major, B column-major.
 /// Fragments (g = lane/4, c = lane%4):
 ///   a[0]: row g,   k 4c..4c+3      a[1]: row g+8, k 4c..4c+3

@@ -2,23 +2,66 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cuda/common/operand.h"
+#include "nibble/quantize.h"
 #include "nibble/types.h"
 
 namespace nibble::cuda {
 
+/// One call: x (M, K) → q (M, K) and scales, with the optional RMSNorm and SmoothQuant divide
+/// in front (nibble::ActQuantFusion; the CPU reference in src/cpu/quantize_ref.cpp defines it).
 struct ActQuantArgs {
   int64_t m = 0, k = 0;
-  Operand x;                ///< (M, K) f32 / f16 / bf16
-  void* q = nullptr;        ///< (M, K) s8 / s4 / e4m3
+  Operand x;                   ///< (M, K) f32 / f16 / bf16, any row stride
+  void* q = nullptr;           ///< (M, K) s8 / s4 / e4m3
   DType q_dtype = DType::s8;
-  int64_t q_row_stride = 0;  ///< in elements
-  float* scales = nullptr;   ///< (M) dynamic, or (1) static
-  float qmax = 127.0f;       ///< 127 (s8), 7 (s4), 448 (e4m3)
-  float static_scale = 0.0f; ///< > 0: static per-tensor quantization with this scale
+  int64_t q_row_stride = 0;    ///< in elements (nibbles for s4: always even)
+  float* scales = nullptr;     ///< (M) dynamic, or (1) static
+  float qmax = 127.0f;         ///< 127 (s8), 7 (s4), 448 (e4m3)
+  float static_scale = 0.0f;   ///< > 0: static per-tensor quantization with this scale
+  Operand rms_weight;          ///< (K) x's dtype or f32; data null: no RMSNorm
+  float rms_eps = 0.0f;
+  Operand smooth;              ///< (K) f32 / f16 / bf16 divisor; data null: none
+  void* normed = nullptr;      ///< (M, K) x's dtype: receives the RMSNorm output; null: none
+  int64_t normed_row_stride = 0;
 };
 
-void launch_act_quant(const ActQuantArgs& args, Stream stream);
+/// How the rows are split (docs/kernels.md, act_quant). A chunk is 16 bytes of x (vec
+/// elements); each thread of a row owns chunks lane, lane + threads_per_row, ...
+struct ActQuantPlan {
+  int vec = 0;                ///< elements of x per chunk: 4 (f32) or 8 (f16 / bf16)
+  int threads_per_row = 0;    ///< 32 … 512, whole warps
+  int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held in registers; 0: the row does not fit on
+                              ///< chip and is streamed from global memory once per pass
+  int rows_per_block = 0;
+  bool vectorized = false;    ///< every row and vector start is aligned for 16-byte (x, normed)
+                              ///< and chunk-sized (q, rms_weight, smooth) accesses
+  int rms_bits = 0;           ///< 62 − ceil(log2 K): the fixed point of RMSNorm's sum
+  double inv_k = 0;           ///< RN64(1 / K): RMSNorm's mean
+  double inv_qmax = 0;        ///< RN64(1 / qmax): the dynamic scale amax / qmax
+  int64_t blocks = 0;
+  int threads() const { return threads_per_row * rows_per_block; }
+};
+
+/// The arguments of a validated call (static_scale 0: per token).
+ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& out,
+                            const ActQuantFusion& fusion, float static_scale);
+
+/// What the planner aims for; the defaults are what the library runs (`nibble bench
+/// act-quant --sweep` times the alternatives).
+struct ActQuantPlanOptions {
+  int max_chunks = 8;       ///< chunks a thread holds at most (1, 2, 4 or 8)
+  int block_threads = 256;  ///< short rows share blocks of about this many threads
+};
+
+/// The split for these arguments on a GPU with `sm_count` SMs.
+ActQuantPlan plan_act_quant(const ActQuantArgs& args, int sm_count,
+                            const ActQuantPlanOptions& options = {});
+/// E.g. "act_quant bf16->s8, 64 threads/row x 8 chunks in registers, 4 rows/block, 16-byte".
+std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args);
+
+void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream stream);
 
 }  // namespace nibble::cuda

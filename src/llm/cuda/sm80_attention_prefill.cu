@@ -51,9 +51,11 @@
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/dynamic_smem.h"
 #include "llm/cuda/kernels.h"
-#include "llm/cuda/mma_bf16.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace nibble::llm::cuda {
+
+namespace ptx = nibble::cuda::ptx;
 
 namespace {
 
@@ -184,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(PrefillP
         uint32_t b[4];
         ptx::ldmatrix_x4(b, kt + swizzled<HD>(np * 16 + (mi / 2) * 8 + r, kk * 2 + mi % 2));
         const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-        ptx::mma_bf16_16816(s[2 * np], qa[kk], b_lo);
-        ptx::mma_bf16_16816(s[2 * np + 1], qa[kk], b_hi);
+        ptx::mma_16816<false>(s[2 * np], qa[kk], b_lo);
+        ptx::mma_16816<false>(s[2 * np + 1], qa[kk], b_hi);
       }
     }
 
@@ -249,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(PrefillP
         uint32_t b[4];
         ptx::ldmatrix_x4_trans(b, vt + swizzled<HD>(kk * 16 + (mi % 2) * 8 + r, dp * 2 + mi / 2));
         const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-        ptx::mma_bf16_16816(o[2 * dp], pa[kk], b_lo);
-        ptx::mma_bf16_16816(o[2 * dp + 1], pa[kk], b_hi);
+        ptx::mma_16816<false>(o[2 * dp], pa[kk], b_lo);
+        ptx::mma_16816<false>(o[2 * dp + 1], pa[kk], b_hi);
       }
     }
   }

@@ -1,0 +1,110 @@
+// Shared `nibble bench` pieces (bench_util.h).
+#include "bench/bench_util.h"
+
+#include <cuda_bf16.h>
+
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "nibble/numeric.h"
+
+namespace nibble::bench {
+
+void fill_random(void* dst, size_t bytes, uint64_t seed) {
+  std::vector<uint64_t> host((bytes + 7) / 8);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : host) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = x;
+  }
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), bytes, cudaMemcpyHostToDevice));
+}
+
+void fill_bf16(void* dst, size_t count, uint64_t seed) {
+  std::vector<uint16_t> host(count);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& v : host) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    v = f32_to_bf16_bits(static_cast<float>(x >> 40) * 0x1p-23f - 1.0f);
+  }
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 2, cudaMemcpyHostToDevice));
+}
+
+void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed) {
+  std::vector<float> host(count);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (auto& v : host) v = u(rng);
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 4, cudaMemcpyHostToDevice));
+}
+
+double time_graph(cudaStream_t stream, int iters, int reps, const std::function<void(int)>& op) {
+  for (int i = 0; i < 3; ++i) op(i);  // warm-up outside capture (allocations, autotuning)
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < iters; ++i) op(i);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, stream));
+    BENCH_CUDA(cudaGraphLaunch(exec, stream));
+    BENCH_CUDA(cudaEventRecord(e1, stream));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(1000.0 * ms / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double copy_ceiling_gbps(cudaStream_t stream) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  fill_random(src.p, 1 << 20, 7);
+  const double us = time_graph(stream, 5, 5, [&](int) {
+    BENCH_CUDA(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * bytes / (us * 1e3);
+}
+
+int copies_for(size_t bytes, int64_t l2_bytes, int cap) {
+  return static_cast<int>(
+      std::clamp<int64_t>(3 * l2_bytes / std::max<int64_t>(int64_t(bytes), 1) + 1, 2, cap));
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+void abandon_capture(cudaStream_t stream) {
+  cudaGetLastError();
+  cudaStreamCaptureStatus st;
+  if (cudaStreamIsCapturing(stream, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream, &g);
+    if (g) cudaGraphDestroy(g);
+  }
+}
+
+}  // namespace nibble::bench

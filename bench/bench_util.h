@@ -1,0 +1,55 @@
+// Pieces shared by the `nibble bench` harnesses (bench/*.cu; CUDA builds only): device buffers,
+// random fills, CUDA-graph timing, the copy ceiling and L2 rotation counts.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "nibble/status.h"
+
+namespace nibble::bench {
+
+#define BENCH_CUDA(call)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    if (e_ != cudaSuccess)                                                                 \
+      throw Error(ErrorCode::cuda_error, std::string(#call) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+/// Random bytes on the device (xorshift on the host, copied up): never zeros.
+void fill_random(void* dst, size_t bytes, uint64_t seed);
+/// bf16 uniform in [-1, 1): cheap enough for the gigabytes a run needs.
+void fill_bf16(void* dst, size_t count, uint64_t seed);
+/// f32 uniform in [lo, hi).
+void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed);
+
+/// Median per-call microseconds of `op(i)` captured `iters` times into one CUDA graph, replayed
+/// `reps` times (three warm-up calls outside the capture first).
+double time_graph(cudaStream_t stream, int iters, int reps, const std::function<void(int)>& op);
+
+/// The device-to-device copy ceiling in GB/s (bytes read + written) of a 1 GiB cudaMemcpy.
+double copy_ceiling_gbps(cudaStream_t stream);
+
+/// How many copies of a `bytes` working set make at least 3× L2 (at least 2, at most `cap`).
+int copies_for(size_t bytes, int64_t l2_bytes, int cap = 64);
+
+/// Today's date, UTC, as YYYY-MM-DD.
+std::string today();
+
+/// Ends a capture left open by an operation that threw, and clears the CUDA error.
+void abandon_capture(cudaStream_t stream);
+
+}  // namespace nibble::bench
