@@ -87,6 +87,10 @@ class Backend {
   virtual double last_prefill_attention_seconds() const { return -1.0; }
 };
 
+/// Backend::forward's argument check, shared by every backend: at least one token, and positions
+/// [pos, pos + tokens) inside the KV cache's max_context. Throws nibble::Error naming them.
+void check_forward_positions(int64_t tokens, int64_t pos, int64_t max_context);
+
 /// A backend for `device` ("cpu", "cuda" or "cuda:N"), loading the weights from
 /// `files.weights` tensor by tensor. "cuda" in a build without the CUDA backend throws
 /// nibble::Error(unsupported).

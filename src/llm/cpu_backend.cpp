@@ -136,13 +136,7 @@ class CpuBackend final : public Backend, public BlockRunner {
   void forward(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
                std::vector<float>& logits) override {
     const auto m = static_cast<int64_t>(tokens.size());
-    if (m == 0)
-      detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: no tokens");
-    if (pos < 0 || pos + m > max_ctx_)
-      detail::fail(ErrorCode::out_of_range,
-                   "nibble::llm::Backend::forward: positions " + std::to_string(pos) + ".." +
-                       std::to_string(pos + m - 1) + " do not fit the context of " +
-                       std::to_string(max_ctx_) + " tokens");
+    check_forward_positions(m, pos, max_ctx_);
     const int64_t d = c_.dim;
     float* x = buffer(x_, m * d);
     embed(tokens, x);
@@ -360,6 +354,16 @@ const char* tensor_role(BlockLinear which) {
 std::unique_ptr<BlockRunner> make_cpu_block_runner(ModelFiles& files,
                                                    const BackendOptions& options) {
   return std::make_unique<CpuBackend>(files, options);
+}
+
+void check_forward_positions(int64_t tokens, int64_t pos, int64_t max_context) {
+  if (tokens == 0)
+    detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: no tokens");
+  if (pos < 0 || pos + tokens > max_context)
+    detail::fail(ErrorCode::out_of_range,
+                 "nibble::llm::Backend::forward: positions " + std::to_string(pos) + ".." +
+                     std::to_string(pos + tokens - 1) + " do not fit the context of " +
+                     std::to_string(max_context) + " tokens");
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, ModelFiles& files,

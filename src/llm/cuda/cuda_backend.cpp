@@ -137,18 +137,6 @@ QuantizedWeight concat_rows(const std::vector<QuantizedWeight>& parts) {
   return out;
 }
 
-TensorView strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
-                   Device device) {
-  TensorView v;
-  v.data = data;
-  v.dtype = dtype;
-  v.rank = 2;
-  v.shape = {rows, cols, 0, 0};
-  v.strides = {ld, 1, 0, 0};
-  v.device = device;
-  return v;
-}
-
 int64_t act_element_bytes(ActKind k) {
   return k == ActKind::f32 ? 4 : k == ActKind::bf16 ? 2 : 1;
 }
@@ -223,13 +211,7 @@ class CudaBackend final : public Backend {
   void forward(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
                std::vector<float>& logits) override {
     const auto m = static_cast<int64_t>(tokens.size());
-    if (m == 0)
-      detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: no tokens");
-    if (pos < 0 || pos + m > max_ctx_)
-      detail::fail(ErrorCode::out_of_range,
-                   "nibble::llm::Backend::forward: positions " + std::to_string(pos) + ".." +
-                       std::to_string(pos + m - 1) + " do not fit the context of " +
-                       std::to_string(max_ctx_) + " tokens");
+    check_forward_positions(m, pos, max_ctx_);
     for (const int32_t id : tokens)
       if (id < 0 || id >= c_.vocab_size)
         detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: token id " +
@@ -579,17 +561,18 @@ class CudaBackend final : public Backend {
     if (in.kind == ActKind::s8_per_token) {
       li.quantized = true;
       li.qa.scheme = ActScheme::s8_per_token;
-      li.qa.q = strided(in.data, DType::s8, m, kp, in.ld, dev_);
+      li.qa.q = cuda::strided(in.data, DType::s8, m, kp, in.ld, dev_);
       li.qa.scales = TensorView::contiguous(in.scales, DType::f32, {m}, dev_);
     } else {
-      li.x = strided(in.data, in.kind == ActKind::f32 ? DType::f32 : DType::bf16, m, kp, in.ld,
+      li.x = cuda::strided(in.data, in.kind == ActKind::f32 ? DType::f32 : DType::bf16, m, kp,
+                           in.ld,
                      dev_);
     }
     LinearScratch scratch;
     scratch.q = act_s8_.data();
     scratch.ld = act_ld_s8_;
     scratch.scales = static_cast<float*>(act_scales_.data());
-    lin.forward(li, scratch, m, strided(y, DType::f32, m, lin.n(), y_ld, dev_), s, blas);
+    lin.forward(li, scratch, m, cuda::strided(y, DType::f32, m, lin.n(), y_ld, dev_), s, blas);
   }
 
   // Embedding and every block for m tokens (ids and first position in device memory); leaves

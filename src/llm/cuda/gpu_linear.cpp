@@ -13,16 +13,6 @@
 
 namespace nibble::llm::cuda {
 
-namespace {
-
-// The variance of int4 values uniform on [-8, 7] and int8 values uniform on [-128, 127]:
-// (16² − 1)/12 and (256² − 1)/12 (their means, −0.5, are negligible here). Random weights get
-// scales that make the dequantized weights' variance 1/K, like the host's random bf16 weights.
-constexpr double kInt4Variance = 21.25;
-constexpr double kInt8Variance = 5461.25;
-// E[g_s²] of the device's random two-level group scales, uniform on 9..16.
-constexpr double kTwoLevelGroupScaleSquare = 161.5;
-
 TensorView strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
                    Device device) {
   TensorView v;
@@ -34,6 +24,16 @@ TensorView strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t 
   v.device = device;
   return v;
 }
+
+namespace {
+
+// The variance of int4 values uniform on [-8, 7] and int8 values uniform on [-128, 127]:
+// (16² − 1)/12 and (256² − 1)/12 (their means, −0.5, are negligible here). Random weights get
+// scales that make the dequantized weights' variance 1/K, like the host's random bf16 weights.
+constexpr double kInt4Variance = 21.25;
+constexpr double kInt8Variance = 5461.25;
+// E[g_s²] of the device's random two-level group scales, uniform on 9..16.
+constexpr double kTwoLevelGroupScaleSquare = 161.5;
 
 /// The first `cols` columns of the first `rows` rows of a (·, ≥ cols) view.
 TensorView sub_view(const TensorView& t, int64_t rows, int64_t cols) {

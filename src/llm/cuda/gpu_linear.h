@@ -38,6 +38,10 @@
 
 namespace nibble::llm::cuda {
 
+/// A (rows, cols) view with row pitch `ld` elements (K contiguous) over device memory.
+TensorView strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld,
+                   Device device);
+
 /// A layer's input as its producer wrote it: f32/bf16 rows, or int8 rows with per-row scales.
 struct LinearInput {
   TensorView x;                 ///< (M, ≥ k_padded()) bf16 or f32; unused when `quantized`
