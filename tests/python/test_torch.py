@@ -108,9 +108,18 @@ def test_packed_op_on_cpu(gen):
     qw = nibble.quantize_weight(randn(gen, 20, 160), "w4_pc")
     p = nibble.pack_weight(qw)
     x = randn(gen, 3, 160)
-    y = torch.ops.nibble.linear_packed(x, p.q, p.scales, None, None, "w4a8_pc", 20, 160,
-                                       p.n_pad, p.k_pad, 0.0)
+    y = torch.ops.nibble.linear_packed(x, p.q, p.scales, None, None, None, "w4a8_pc", p.layout,
+                                       20, 160, p.n_pad, p.k_pad, 0.0)
     z = torch.ops.nibble.linear(x, qw.q, qw.scales, None, None, None, "w4a8_pc", 0.0)
+    assert torch.equal(y, z)
+    # Weight-only: the same op with a w4_mma16_k128 weight and float activations as they are.
+    qa = nibble.quantize_weight(randn(gen, 20, 256), "w4_g128_asym")
+    pa = nibble.pack_weight(qa, "w4_mma16_k128")
+    xa = randn(gen, 3, 256)
+    y = torch.ops.nibble.linear_packed(xa, pa.q, pa.scales, None, pa.zeros, None,
+                                       "w4a16_g128_asym", pa.layout, 20, 256, pa.n_pad, pa.k_pad,
+                                       0.0)
+    z = torch.ops.nibble.linear(xa, qa.q, qa.scales, qa.zeros, None, None, "w4a16_g128_asym", 0.0)
     assert torch.equal(y, z)
 
 
