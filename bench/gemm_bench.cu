@@ -1,6 +1,8 @@
-// `nibble bench gemm`: times nibble's packed-weight linears (W4A8 with int8 activations in; W4A16
-// and W8A16 with bf16 activations in) against cuBLAS bf16 (cublasGemmEx) and cuBLASLt int8
-// (s8×s8→s32) on Llama layer shapes, in one run.
+// `nibble bench gemm`: times nibble's linears (packed W4A8 with int8 activations in; packed W4A16
+// and W8A16 with bf16 activations in; W8A8 on its logical int8 weights) against cuBLAS bf16
+// (cublasGemmEx), cuBLASLt int8 (s8×s8→s32) and cuBLASLt int8 followed by a separate rescale
+// kernel to bf16 (what an unfused W8A8 costs: the int32 product makes a round trip to memory)
+// on Llama layer shapes, in one run.
 //
 // Method (docs/kernels.md): every timed op is captured `iters` times into a CUDA graph that
 // cycles through enough weight copies to exceed 3× L2, so weights stream from HBM as in real
@@ -73,6 +75,38 @@ PackedWeight random_packed(const LinearFormat& lf, int64_t n, int64_t k, uint64_
   return p;
 }
 
+// A logical W8A8 weight in device memory: random int8 values, per-channel f32 scales.
+QuantizedWeight random_logical(const LinearFormat& lf, int64_t n, int64_t k, uint64_t seed) {
+  QuantizedWeight w(lf.weight, n, k, Device::cuda());
+  fill_random(w.q.data(), w.q.nbytes(), seed);
+  fill_f32(w.scales.data(), w.scales.view().numel(), 1e-3f, 2e-3f, seed + 1);
+  return w;
+}
+
+double logical_bytes(const QuantizedWeight& w) {
+  return double(w.q.nbytes()) + double(w.scales.nbytes());
+}
+
+// The unfused W8A8 epilogue a cuBLASLt int8 user runs after the GEMM: D = s_a[m]·s_w[n]·acc,
+// bf16 out, 8 outputs per thread with 16-byte loads where the row allows.
+__global__ void rescale_s32_to_bf16(const int32_t* acc, const float* s_a, const float* s_w,
+                                    __nv_bfloat16* d, int64_t m, int64_t n) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= m * n) return;
+  const int64_t row = i / n, col = i % n;
+  if (n % 8 == 0) {
+    const int4 lo = *reinterpret_cast<const int4*>(acc + i);
+    const int4 hi = *reinterpret_cast<const int4*>(acc + i + 4);
+    const int32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    __nv_bfloat16 out[8];
+    for (int e = 0; e < 8; ++e) out[e] = __float2bfloat16_rn(s_a[row] * (s_w[col + e] * float(v[e])));
+    *reinterpret_cast<int4*>(d + i) = *reinterpret_cast<const int4*>(out);
+    return;
+  }
+  for (int64_t j = i; j < i + 8 && j < m * n; ++j)
+    d[j] = __float2bfloat16_rn(s_a[j / n] * (s_w[j % n] * float(acc[j])));
+}
+
 double packed_bytes(const PackedWeight& p) {
   return double(p.q.nbytes()) + double(p.scales.nbytes()) +
          (p.group_params.defined() ? double(p.group_params.nbytes()) : 0.0) +
@@ -106,6 +140,8 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     // Activations: one buffer, reused (they are small and live in L2 in real inference too).
     DeviceBuffer a_s8(size_t(max_m) * k), a_bf16(size_t(max_m) * k * 2);
     DeviceBuffer a_scales(size_t(max_m) * 4), d_out(size_t(max_m) * n * 4);
+    DeviceBuffer acc_s32(size_t(max_m) * n * 4), w_scales(size_t(n) * 4);
+    fill_f32(w_scales.p, size_t(n), 1e-3f, 2e-3f, 14);
     fill_random(a_s8.p, size_t(max_m) * k, 11);
     fill_bf16(a_bf16.p, size_t(max_m) * k, 12);
     fill_f32(a_scales.p, size_t(max_m), 0.01f, 0.02f, 13);
@@ -121,16 +157,27 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       w_s8.push_back(std::make_unique<DeviceBuffer>(size_t(n) * k));
       fill_random(w_s8.back()->p, size_t(n) * k, 200 + i);
     }
-    // Ours.
-    std::vector<std::pair<std::string, std::vector<PackedWeight>>> ours;
+    // Ours: packed weights where the format has a packed layout, else the logical weights
+    // (W8A8, whose kernels read the row-major int8 matrix).
+    struct Ours {
+      std::string format;
+      std::vector<PackedWeight> packed;
+      std::vector<QuantizedWeight> logical;
+    };
+    std::vector<Ours> ours;
     for (const auto& fname : opt.formats) {
       const LinearFormat f = parse_linear_format(fname);
-      PackedWeight first = random_packed(f, n, k, 300);
-      const int c = copies_for(static_cast<size_t>(packed_bytes(first)), dev.l2_bytes);
-      std::vector<PackedWeight> copies;
-      copies.push_back(std::move(first));
-      for (int i = 1; i < c; ++i) copies.push_back(random_packed(f, n, k, 300 + i));
-      ours.emplace_back(fname, std::move(copies));
+      Ours o{fname, {}, {}};
+      if (has_packed_layout(f)) {
+        o.packed.push_back(random_packed(f, n, k, 300));
+        const int c = copies_for(static_cast<size_t>(packed_bytes(o.packed[0])), dev.l2_bytes);
+        for (int i = 1; i < c; ++i) o.packed.push_back(random_packed(f, n, k, 300 + i));
+      } else {
+        o.logical.push_back(random_logical(f, n, k, 300));
+        const int c = copies_for(static_cast<size_t>(logical_bytes(o.logical[0])), dev.l2_bytes);
+        for (int i = 1; i < c; ++i) o.logical.push_back(random_logical(f, n, k, 300 + i));
+      }
+      ours.push_back(std::move(o));
     }
 
     for (int64_t m : opt.ms) {
@@ -146,20 +193,29 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         }
         records.push_back(r);
       };
-      // nibble: W4A8 with int8 activations in, W4A16 / W8A16 with bf16 activations in; bf16 out.
-      for (auto& [fname, copies] : ours) {
-        const LinearFormat f = parse_linear_format(fname);
+      // nibble: W4A8 / W8A8 with int8 activations in, W4A16 / W8A16 with bf16 activations in;
+      // bf16 out.
+      for (const Ours& o : ours) {
+        const LinearFormat f = parse_linear_format(o.format);
         QuantizedActivationView qa;
         qa.scheme = ActScheme::s8_per_token;
         qa.q = TensorView::contiguous(a_s8.p, DType::s8, {m, k}, Device::cuda());
         qa.scales = TensorView::contiguous(a_scales.p, DType::f32, {m}, Device::cuda());
         const TensorView d = TensorView::contiguous(d_out.p, DType::bf16, {m, n}, Device::cuda());
         std::string kernel = explain(f, m, n, k, Device::cuda());
-        kernel = kernel.substr(kernel.find("runs sm80") != std::string::npos ? kernel.find("runs sm80") + 5 : 0);
+        const size_t runs = o.packed.empty() ? kernel.find("runs ") : kernel.rfind("runs ");
+        kernel = kernel.substr(runs != std::string::npos ? runs + 5 : 0);
         const TensorView x = TensorView::contiguous(a_bf16.p, DType::bf16, {m, k}, Device::cuda());
         const bool weight_only = f.act == ActScheme::none;
-        add(fname, packed_bytes(copies[0]), kernel, [&, d, qa, x, weight_only](int i) {
-          const PackedWeightView w = copies[static_cast<size_t>(i) % copies.size()].view();
+        if (o.packed.empty()) {
+          add(o.format, logical_bytes(o.logical[0]), kernel, [&, d, qa](int i) {
+            linear(qa, o.logical[static_cast<size_t>(i) % o.logical.size()].view(), nullptr, d,
+                   stream);
+          });
+          continue;
+        }
+        add(o.format, packed_bytes(o.packed[0]), kernel, [&, d, qa, x, weight_only](int i) {
+          const PackedWeightView w = o.packed[static_cast<size_t>(i) % o.packed.size()].view();
           if (weight_only) linear(x, w, nullptr, d, stream);
           else linear(qa, w, nullptr, d, stream);
         });
@@ -195,12 +251,23 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
           records.push_back({"cublaslt_s8", "", "no cuBLASLt int8 algorithm for this shape", m, n, k});
         } else {
-          add("cublaslt_s8", double(n) * k, "cublasLtMatmul s8s8s32", [&](int i) {
+          auto lt_matmul = [&](int i) {
             const int32_t alpha = 1, beta = 0;
             BENCH_CUBLAS(cublasLtMatmul(lt, desc, &alpha, w_s8[static_cast<size_t>(i) % w_s8.size()]->p,
-                                        la, a_s8.p, lb, &beta, d_out.p, lc, d_out.p, lc, &heur.algo,
-                                        lt_ws.p, lt_ws_bytes, stream));
-          });
+                                        la, a_s8.p, lb, &beta, acc_s32.p, lc, acc_s32.p, lc,
+                                        &heur.algo, lt_ws.p, lt_ws_bytes, stream));
+          };
+          add("cublaslt_s8", double(n) * k, "cublasLtMatmul s8s8s32", lt_matmul);
+          add("cublaslt_s8_rescale", double(n) * k,
+              "cublasLtMatmul s8s8s32 + rescale kernel to bf16", [&](int i) {
+                lt_matmul(i);
+                const int64_t groups = (m * n + 7) / 8;
+                rescale_s32_to_bf16<<<static_cast<unsigned>((groups + 255) / 256), 256, 0, stream>>>(
+                    static_cast<const int32_t*>(acc_s32.p), static_cast<const float*>(a_scales.p),
+                    static_cast<const float*>(w_scales.p), static_cast<__nv_bfloat16*>(d_out.p), m,
+                    n);
+                BENCH_CUDA(cudaGetLastError());
+              });
         }
         cublasLtMatmulPreferenceDestroy(pref);
         cublasLtMatrixLayoutDestroy(la);
@@ -217,21 +284,22 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       if (p.op == op && p.m == r.m && p.n == r.n && p.k == r.k && p.error.empty()) return p.us;
     return 0.0;
   };
-  std::printf("%-18s %6s %6s %6s %9s %8s %8s %7s %8s %8s  %s\n", "op", "M", "N", "K", "us", "TOPS",
-              "wGB/s", "%copy", "x bf16", "x s8", "kernel");
+  std::printf("%-20s %6s %6s %6s %9s %8s %8s %7s %8s %8s %8s  %s\n", "op", "M", "N", "K", "us",
+              "TOPS", "wGB/s", "%copy", "x bf16", "x s8", "x s8+rs", "kernel");
   for (const auto& r : records) {
     if (!r.error.empty()) {
-      std::printf("%-18s %6lld %6lld %6lld  error: %s\n", r.op.c_str(), (long long)r.m,
+      std::printf("%-20s %6lld %6lld %6lld  error: %s\n", r.op.c_str(), (long long)r.m,
                   (long long)r.n, (long long)r.k, r.error.c_str());
       continue;
     }
     const double tops = 2.0 * r.m * r.n * r.k / (r.us * 1e6);
     const double gbps = r.weight_bytes / (r.us * 1e3);
-    const double bf = peer_us(r, "cublas_bf16"), s8 = peer_us(r, "cublaslt_s8");
-    std::printf("%-18s %6lld %6lld %6lld %9.2f %8.1f %8.0f %6.0f%% %8.2f %8.2f  %s\n", r.op.c_str(),
-                (long long)r.m, (long long)r.n, (long long)r.k, r.us, tops, gbps,
+    const double bf = peer_us(r, "cublas_bf16"), s8 = peer_us(r, "cublaslt_s8"),
+                 s8rs = peer_us(r, "cublaslt_s8_rescale");
+    std::printf("%-20s %6lld %6lld %6lld %9.2f %8.1f %8.0f %6.0f%% %8.2f %8.2f %8.2f  %s\n",
+                r.op.c_str(), (long long)r.m, (long long)r.n, (long long)r.k, r.us, tops, gbps,
                 100.0 * gbps / copy_gbps, bf > 0 ? bf / r.us : 0.0, s8 > 0 ? s8 / r.us : 0.0,
-                r.kernel.c_str());
+                s8rs > 0 ? s8rs / r.us : 0.0, r.kernel.c_str());
   }
   if (!opt.json_path.empty()) {
     std::ofstream f(opt.json_path);

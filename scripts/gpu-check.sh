@@ -53,9 +53,10 @@ if [ $run_tests -eq 1 ]; then
   # split and unsplit tiles).
   for tool in memcheck racecheck; do
     filter='CudaW4A8.S32IsBitExactOnOddShapes:CudaW4A8.SplitKIsDeterministic:CudaWeightOnly.*'
+    filter+=':CudaW8A8.S32IsBitExactOnOddShapes:CudaW8A8.SplitKIsDeterministic'
     filter+=':CudaActQuant.StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched'
     filter+=':CudaActQuant.NormedInPlaceOverwritesXWithY'
-    [ $tool = racecheck ] && filter='CudaW4A8.SplitKIsDeterministic:CudaWeightOnly.SplitKIsDeterministicAndExplained:CudaActQuant.NormedInPlaceOverwritesXWithY'
+    [ $tool = racecheck ] && filter='CudaW4A8.SplitKIsDeterministic:CudaW8A8.SplitKIsDeterministic:CudaWeightOnly.SplitKIsDeterministicAndExplained:CudaActQuant.NormedInPlaceOverwritesXWithY'
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 10 "$bin/tests/cpp/nibble_tests" \
       --gtest_filter="$filter" \
       > "$out/sanitizer-$tool.log" 2>&1 && echo "compute-sanitizer $tool: clean" | tee -a "$out/test.log" \
@@ -68,16 +69,17 @@ fi
 
 bench_rc=0
 if [ $run_bench -eq 1 ]; then
-  # NIBBLE_BENCH_KERNELS="sm80_w4a8_gemm sm90_w4a8_gemm" times the W4A8 rows once per forced
-  # kernel (bench-<kernel>.json each); otherwise one run with the dispatcher's choice.
+  # NIBBLE_BENCH_KERNELS="sm80_w4a8_gemm sm90_w4a8_gemm" times the W4A8 rows (and the W8A8 rows
+  # on the matching sm80_w8a8_gemm / sm90_w8a8_gemm) once per forced kernel (bench-<arch>.json
+  # each); otherwise one run with the dispatcher's choice.
   for kernel in ${NIBBLE_BENCH_KERNELS:-dispatch}; do
     json="$out/bench.json"
     [ "$kernel" = dispatch ] || json="$out/bench-${kernel%%_*}.json"
-    [ "$kernel" = dispatch ] || export NIBBLE_W4A8_KERNEL="$kernel"
+    [ "$kernel" = dispatch ] || export NIBBLE_W4A8_KERNEL="$kernel" NIBBLE_W8A8_KERNEL="${kernel/w4a8/w8a8}"
     echo "== bench ($kernel)" >> "$out/bench.log"
     timeout 400 "$bin/nibble" bench gemm --json "$json" --commit "${NIBBLE_COMMIT:-unknown}" \
       ${NIBBLE_BENCH_ARGS:-} >> "$out/bench.log" 2>&1 || bench_rc=1
-    unset NIBBLE_W4A8_KERNEL
+    unset NIBBLE_W4A8_KERNEL NIBBLE_W8A8_KERNEL
   done
   tail -80 "$out/bench.log"
   [ $bench_rc -eq 0 ] || status=1

@@ -1,17 +1,17 @@
 // The CUDA backend behind the public API: kernel-specific preconditions, selection, launch.
 #include "cuda/backend.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "cuda/dispatch/int8_mma.h"
 #include "cuda/dispatch/registry.h"
 #include "cuda/generic/act_quant.h"
 #include "cuda/generic/simt_linear.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/launch/sm80_weight_only_gemm.h"
-#include "cuda/launch/sm90_w4a8_gemm.h"
+#include "cuda/launch/sm90_weight_only_gemm.h"
 #include "nibble/device.h"
 
 namespace nibble::cuda {
@@ -25,6 +25,9 @@ void quantize_activation(const TensorView& x, const QuantizedActivationView& out
 
 void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Stream stream) {
   detail::DeviceGuard guard(a.device.index);
+  // s8 × s8 on tensor cores when the rows allow 16-byte copies; everything else (s4 operands,
+  // odd strides) on the SIMT kernel. Both are bit-exact.
+  if (int8_mma_handles_s32(a, w)) return launch_int8_mma_s32(a, w, d, stream);
   SimtLinearArgs args;
   args.out_s32 = true;
   args.m = a.size(0);
@@ -48,7 +51,8 @@ void run_registry(const QuantizedActivationView* a, const TensorView* x,
   const TensorView& in = a != nullptr ? a->q : *x;
   detail::DeviceGuard guard(in.device.index);
   const ActScheme act = a != nullptr ? a->scheme : ActScheme::none;
-  const LinearProblem p = make_problem({w.format, act}, in.size(0), w.n, w.k, in.device.index);
+  LinearProblem p = make_problem({w.format, act}, in.size(0), w.n, w.k, in.device.index);
+  p.aligned16 = rows_aligned16(in) && rows_aligned16(w.q);
   LinearCall call;
   call.a = a;
   call.x = x;
@@ -98,42 +102,6 @@ void require_sm80(int device) {
                              std::to_string(info.cc_minor) + ")");
 }
 
-// Which W4A8 kernel runs a packed-weight call (measured on the H100, 2026-11-23, forcing each
-// kernel on the six bench shapes). On Hopper, for the formats it implements, the wgmma kernel
-// runs
-//   - every M ≥ 17: at M = 64 it was 1.5–3× faster than sm80_w4a8_gemm on every shape, and sm80
-//     at M = 32 was slower than sm90 at M = 64 on every shape;
-//   - M = 9..16 when its grid fits in one wave: there it won on the five shapes that fit (e.g.
-//     4096×4096 at M = 16: 11.8 vs 15.4 µs) and lost on the one that does not (28672×4096:
-//     31.7 vs 25.2 µs, 224 tiles on 132 SMs).
-// Smaller M (a pure weight stream, where sm80_w4a8_gemm's thin split-K tiles won on four of six
-// shapes at M = 8 and most at M ≤ 4) and other GPUs run sm80_w4a8_gemm.
-// NIBBLE_W4A8_KERNEL=sm80_w4a8_gemm or sm90_w4a8_gemm forces one where it can run (for
-// benchmarks comparing the two; both compute the same results).
-constexpr int64_t kSm90MinTokens = 17;
-constexpr int64_t kSm90MinTokensOneWave = 9;
-
-bool use_sm90_w4a8(int device, int64_t m, int64_t n_pad, int64_t k_pad,
-                   sm80::W4A8Epilogue epilogue, int group) {
-  if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
-  if (const char* forced = std::getenv("NIBBLE_W4A8_KERNEL")) {
-    const std::string f = forced;
-    if (f == "sm80_w4a8_gemm") return false;
-    if (f == "sm90_w4a8_gemm") return true;
-  }
-  if (m >= kSm90MinTokens) return true;
-  if (m < kSm90MinTokensOneWave) return false;
-  const int sms = cuda_device_info(device).sm_count;
-  const W4A8WgmmaPlan plan = plan_sm90_w4a8(m, n_pad, k_pad, epilogue, sms);
-  return int64_t(plan.tiles_m) * plan.tiles_n * plan.splits <= sms;
-}
-
-void launch_w4a8(const W4A8Launch& l, Stream stream) {
-  if (use_sm90_w4a8(l.device, l.m, l.n_pad, l.k_pad, l.epilogue, l.group))
-    return launch_sm90_w4a8(l, stream);
-  launch_sm80_w4a8(l, stream);
-}
-
 sm80::W4A8Epilogue epilogue_of(const WeightFormat& w) {
   return w.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
          : w.per_channel()                      ? sm80::W4A8Epilogue::per_channel
@@ -157,7 +125,7 @@ void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
     l.bias = bias->data;
     l.bias_dtype = bias->dtype;
   }
-  launch_w4a8(l, stream);
+  launch_int8_mma(l, stream);
 }
 
 namespace {
@@ -199,6 +167,7 @@ void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorV
   l.d = d.data;
   l.ldd = d.stride(0);
   l.d_dtype = d.dtype;
+  if (use_sm90_weight_only(l.device, l.m)) return launch_sm90_weight_only(l, stream);
   launch_sm80_weight_only(l, stream);
 }
 
@@ -208,11 +177,15 @@ void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const Tenso
   require_sm80(a.device.index);
   W4A8Launch l = w4a8_launch(a, w, d);
   l.epilogue = sm80::W4A8Epilogue::s32;
-  launch_w4a8(l, stream);
+  launch_int8_mma(l, stream);
 }
 
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device) {
-  std::string s = "logical weights: " + explain_linear(make_problem(format, m, n, k, device));
+  const LinearProblem logical = make_problem(format, m, n, k, device);
+  std::string s = "logical weights: " + explain_linear(logical);
+  // W8A8 kernels read the logical int8 weights: nothing to pack.
+  if (select_linear(logical).launch == w8a8_int8_mma_entry().launch)
+    return s + ", " + describe_int8_mma(device, m, n, k, sm80::W4A8Epilogue::per_channel, 0, 8);
   if (!has_packed_layout(format)) return s + "; no packed layout for this format yet";
   const DeviceInfo info = cuda_device_info(device);
   if (info.cc_major < 8) return s + "; packed weights need sm_80+";
@@ -220,24 +193,18 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
                              std::string(to_string(packed_layout(format))) + "): runs ";
   if (format.act == ActScheme::none) {
     if (k % 8 != 0) return s + "; packed weight-only layouts need K % 8 == 0";
-    return s + packed +
-           describe(plan_sm80_weight_only(m, (n + 7) / 8 * 8, (k + 127) / 128 * 128,
-                                          info.sm_count)) +
+    const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
+    if (use_sm90_weight_only(device, m))
+      return s + packed + describe(plan_sm90_weight_only(m, n_pad, k_pad, info.sm_count)) +
+             " on " + std::to_string(info.sm_count) + " SMs (Hopper: M >= " +
+             std::to_string(kSm90WeightOnlyMinTokens) + ")";
+    return s + packed + describe(plan_sm80_weight_only(m, n_pad, k_pad, info.sm_count)) +
            " on " + std::to_string(info.sm_count) + " SMs";
   }
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
-  const sm80::W4A8Epilogue epilogue = epilogue_of(format.weight);
-  const int64_t n_pad = (n + 7) / 8 * 8;
-  const int64_t k_pad = (k + 127) / 128 * 128;
-  if (use_sm90_w4a8(device, m, n_pad, k_pad, epilogue, format.weight.group_size))
-    return s + packed +
-           describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count)) + " on " +
-           std::to_string(info.sm_count) + " SMs (Hopper: M >= " + std::to_string(kSm90MinTokens) +
-           ", or M >= " + std::to_string(kSm90MinTokensOneWave) + " when the grid is one wave)";
-  const W4A8Plan plan = plan_sm80_w4a8(m, (n + 7) / 8 * 8, k, (k + 127) / 128 * 128, epilogue,
-                                       format.weight.group_size, info.sm_count);
-  return s + packed + describe(plan) + " on " +
-         std::to_string(info.sm_count) + " SMs";
+  return s + packed +
+         describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
+                           format.weight.group_size, 4);
 }
 
 }  // namespace nibble::cuda

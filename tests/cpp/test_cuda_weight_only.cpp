@@ -1,12 +1,14 @@
-// GPU tests of the weight-only tensor-core kernel (sm80_weight_only_gemm: W4A16, W8A16) with
-// packed weights, against the CPU reference on the same quantized weights and the same 16-bit
-// activations.
+// GPU tests of the weight-only tensor-core kernels (sm80_weight_only_gemm, and
+// sm90_weight_only_gemm on Hopper: W4A16, W8A16) with packed weights, against the CPU reference
+// on the same quantized weights and the same 16-bit activations. Every shape runs through each
+// kernel in turn (NIBBLE_WEIGHT_ONLY_KERNEL), not only the one dispatch picks for that M.
 #include <gtest/gtest.h>
 
 #if NIBBLE_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
 
+#include <cstdlib>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,6 +33,26 @@ double tolerance(const LinearFormat& f, DType x, DType out) {
   const double weight_rounding = x == DType::bf16 ? 3e-3 : 4e-4;
   return out_rounding + weight_rounding;
 }
+
+std::vector<std::string> weight_only_kernels() {
+  std::vector<std::string> k = {"sm80_weight_only_gemm"};
+  const DeviceInfo info = cuda_device_info(0);
+  if (info.cc_major == 9 && info.cc_minor == 0 &&
+      build_info().cuda_archs.find("90a") != std::string::npos)
+    k.push_back("sm90_weight_only_gemm");
+  return k;
+}
+
+// Forces one weight-only kernel for the scope (dispatch reads NIBBLE_WEIGHT_ONLY_KERNEL per call).
+class ForceKernel {
+ public:
+  explicit ForceKernel(const std::string& name) {
+    setenv("NIBBLE_WEIGHT_ONLY_KERNEL", name.c_str(), 1);
+  }
+  ~ForceKernel() { unsetenv("NIBBLE_WEIGHT_ONLY_KERNEL"); }
+  ForceKernel(const ForceKernel&) = delete;
+  ForceKernel& operator=(const ForceKernel&) = delete;
+};
 
 struct Case {
   const char* format;
@@ -69,11 +91,15 @@ TEST_P(CudaWeightOnlyLinear, MatchesReferenceOnOddShapes) {
       Tensor ref = Tensor::empty(c.out, {m, n});
       linear(x.view(), qw.view(), &bias_v, ref.view());
       const Tensor xd = x.to(Device::cuda());
-      Tensor got = Tensor::empty(c.out, {m, n}, Device::cuda());
-      got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
-      linear(xd.view(), wd.view(), &bias_dv, got.view());
-      synchronize(Device::cuda());
-      ASSERT_LE(rel_error(got, ref), tolerance(f, c.x, c.out));
+      for (const std::string& kernel : weight_only_kernels()) {
+        SCOPED_TRACE(kernel);
+        const ForceKernel force(kernel);
+        Tensor got = Tensor::empty(c.out, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
+        linear(xd.view(), wd.view(), &bias_dv, got.view());
+        synchronize(Device::cuda());
+        ASSERT_LE(rel_error(got, ref), tolerance(f, c.x, c.out));
+      }
     }
   }
 }
@@ -119,11 +145,15 @@ TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
       linear(x.view(), qw.view(), nullptr, ref.view());
       const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
       const Tensor xd = x.to(Device::cuda());
-      Tensor got = Tensor::empty(DType::f32, {m, n}, Device::cuda());
-      got.fill_bytes(0xFF);
-      linear(xd.view(), wd.view(), nullptr, got.view());
-      synchronize(Device::cuda());
-      EXPECT_TRUE(same_bytes(got, ref));
+      for (const std::string& kernel : weight_only_kernels()) {
+        SCOPED_TRACE(kernel);
+        const ForceKernel force(kernel);
+        Tensor got = Tensor::empty(DType::f32, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);
+        linear(xd.view(), wd.view(), nullptr, got.view());
+        synchronize(Device::cuda());
+        EXPECT_TRUE(same_bytes(got, ref));
+      }
     }
   }
 }
@@ -137,16 +167,19 @@ TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
   quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
   const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
   for (int64_t m : {1, 5, 40}) {
-    SCOPED_TRACE("M=" + std::to_string(m));
     const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
-    Tensor d1 = Tensor::empty(DType::bf16, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
-    linear(xd.view(), wd.view(), nullptr, d1.view());
-    for (int i = 0; i < 5; ++i) linear(xd.view(), wd.view(), nullptr, d2.view());
-    synchronize(Device::cuda());
-    EXPECT_TRUE(same_bytes(d1, d2));
-    const std::string why = explain(f, m, n, k, Device::cuda());
-    EXPECT_NE(why.find("sm80_weight_only_gemm"), std::string::npos) << why;
-    EXPECT_NE(why.find("split-K"), std::string::npos) << why;
+    for (const std::string& kernel : weight_only_kernels()) {
+      SCOPED_TRACE(kernel + " M=" + std::to_string(m));
+      const ForceKernel force(kernel);
+      Tensor d1 = Tensor::empty(DType::bf16, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
+      linear(xd.view(), wd.view(), nullptr, d1.view());
+      for (int i = 0; i < 5; ++i) linear(xd.view(), wd.view(), nullptr, d2.view());
+      synchronize(Device::cuda());
+      EXPECT_TRUE(same_bytes(d1, d2));
+      const std::string why = explain(f, m, n, k, Device::cuda());
+      EXPECT_NE(why.find(kernel), std::string::npos) << why;
+      EXPECT_NE(why.find("split-K"), std::string::npos) << why;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/check.h"
+#include "cuda/dispatch/int8_mma.h"
 #include "cuda/generic/simt_linear_entry.h"
 #include "nibble/device.h"
 
@@ -14,6 +15,7 @@ namespace nibble::cuda {
 const std::vector<LinearKernel>& linear_kernels() {
   // Most specialised first; the SIMT kernel accepts every problem and must stay last.
   static const std::vector<LinearKernel> kernels = {
+      w8a8_int8_mma_entry(),
       simt_linear_kernel_entry(),
   };
   return kernels;

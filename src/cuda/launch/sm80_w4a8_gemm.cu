@@ -62,6 +62,28 @@ struct Instance<Tile::m128, E, G, D> {
                          sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2, D>>>;
 };
 
+// 8-bit weights (W8A8): a W tile is twice the bytes of an int4 one, so the stage counts drop to
+// keep shared memory near 100 KB per CTA (two CTAs per SM on sm_80 and sm_90); only the
+// per-channel and s32 epilogues exist. The M = 128 tile keeps 2 CTAs/SM with 3 stages.
+template <Tile T, W4A8Epilogue E>
+struct Instance8;
+template <W4A8Epilogue E>
+struct Instance8<Tile::m16, E> {
+  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, 0, 1, W4Decode::offset_xor, 8>;
+};
+template <W4A8Epilogue E>
+struct Instance8<Tile::m32, E> {
+  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, 0, 1, W4Decode::offset_xor, 8>;
+};
+template <W4A8Epilogue E>
+struct Instance8<Tile::m64, E> {
+  using Cfg = sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, 0, 1, W4Decode::offset_xor, 8>;
+};
+template <W4A8Epilogue E>
+struct Instance8<Tile::m128, E> {
+  using Cfg = sm80::W4A8GemmConfig<128, 128, 2, 4, 3, E, 0, 2, W4Decode::offset_xor, 8>;
+};
+
 // The decoding each (tile, epilogue) is instantiated with. high_nibble saves ALU work where
 // the tile is thin (M ≤ 32: one m16 tile per warp, so every converted B fragment feeds one or
 // two MMAs); on the large tiles it measured no faster (2026-11-23, H100) and its extra live
@@ -98,7 +120,21 @@ TileInfo tile_info(W4A8Epilogue e, W4Decode d, int group) {
   return {};
 }
 
-TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group) {
+template <Tile T>
+TileInfo tile_info8() {
+  using Cfg = typename Instance8<T, W4A8Epilogue::per_channel>::Cfg;
+  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
+}
+
+TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group, int weight_bits) {
+  if (weight_bits == 8) {
+    switch (t) {
+      case Tile::m16: return tile_info8<Tile::m16>();
+      case Tile::m32: return tile_info8<Tile::m32>();
+      case Tile::m64: return tile_info8<Tile::m64>();
+      case Tile::m128: return tile_info8<Tile::m128>();
+    }
+  }
   switch (t) {
     case Tile::m16: return tile_info<Tile::m16>(e, d, group);
     case Tile::m32: return tile_info<Tile::m32>(e, d, group);
@@ -108,13 +144,27 @@ TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group) {
   return {};
 }
 
-template <Tile T, W4A8Epilogue E, int G, W4Decode D>
-void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
-  using Cfg = typename Instance<T, E, G, D>::Cfg;
+template <class Cfg>
+void launch_config(const W4A8GemmParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <Tile T, W4A8Epilogue E, int G, W4Decode D>
+void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
+  launch_config<typename Instance<T, E, G, D>::Cfg>(p, grid, stream);
+}
+
+template <Tile T>
+void launch_tile8(const W4A8GemmParams& p, W4A8Epilogue e, dim3 grid, Stream stream) {
+  if (e == W4A8Epilogue::s32)
+    return launch_config<typename Instance8<T, W4A8Epilogue::s32>::Cfg>(p, grid, stream);
+  if (e == W4A8Epilogue::per_channel)
+    return launch_config<typename Instance8<T, W4A8Epilogue::per_channel>::Cfg>(p, grid, stream);
+  nibble::detail::fail(ErrorCode::internal,
+                       "sm80_w8a8_gemm: int8 weights have per-channel or s32 epilogues only");
 }
 
 template <Tile T, W4A8Epilogue E>
@@ -155,13 +205,16 @@ void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int g
 }  // namespace
 
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
-                        W4A8Epilogue epilogue, int group, int sm_count) {
+                        W4A8Epilogue epilogue, int group, int sm_count, int weight_bits) {
   W4A8Plan plan;
+  plan.weight_bits = weight_bits;
   const bool whole_k = epilogue == W4A8Epilogue::s32 || epilogue == W4A8Epilogue::per_channel;
   plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
   const bool fits = !whole_k || k <= max_int32_accumulation_k(DType::s8, DType::s8);
-  plan.decode = fits ? grouped_decode(static_cast<Tile>(plan.tile), epilogue) : W4Decode::offset_xor;
-  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group);
+  plan.decode = fits && weight_bits == 4 ? grouped_decode(static_cast<Tile>(plan.tile), epilogue)
+                                         : W4Decode::offset_xor;
+  const TileInfo t =
+      tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group, weight_bits);
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
@@ -187,8 +240,11 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
 }
 
 std::string describe(const W4A8Plan& plan) {
-  return std::string("sm80_w4a8_gemm ") +
-         (plan.decode == sm80::W4Decode::high_nibble ? "high_nibble" : "offset_xor") + " tile " +
+  const char* decode = plan.weight_bits == 8                          ? "int8 weights"
+                       : plan.decode == sm80::W4Decode::high_nibble ? "high_nibble"
+                                                                      : "offset_xor";
+  return std::string(plan.weight_bits == 8 ? "sm80_w8a8_gemm " : "sm80_w4a8_gemm ") + decode +
+         " tile " +
          std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
          "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_n) + "x" + std::to_string(plan.tiles_m) +
@@ -199,8 +255,8 @@ std::string describe(const W4A8Plan& plan) {
 
 void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
-  const W4A8Plan plan =
-      plan_sm80_w4a8(l.m, l.n_pad, l.k, l.k_pad, l.epilogue, l.group, dev.sm_count);
+  const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k, l.k_pad, l.epilogue, l.group,
+                                       dev.sm_count, l.weight_bits);
   W4A8GemmParams p;
   p.a = static_cast<const int8_t*>(l.a);
   p.lda = l.lda;
@@ -221,6 +277,8 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks = static_cast<int>(l.k_pad / 128);
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
+  p.ldw = l.ldw;
+  p.w_scale_dtype = l.w_scale_dtype;
   if (plan.splits > 1) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                   size_t(plan.tiles_m) * plan.tiles_n);
@@ -229,6 +287,14 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   }
   const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
   const W4A8Epilogue e = l.epilogue;
+  if (l.weight_bits == 8) {
+    switch (static_cast<Tile>(plan.tile)) {
+      case Tile::m16: return launch_tile8<Tile::m16>(p, e, grid, stream);
+      case Tile::m32: return launch_tile8<Tile::m32>(p, e, grid, stream);
+      case Tile::m64: return launch_tile8<Tile::m64>(p, e, grid, stream);
+      case Tile::m128: return launch_tile8<Tile::m128>(p, e, grid, stream);
+    }
+  }
   switch (static_cast<Tile>(plan.tile)) {
     case Tile::m16: return launch_tile<Tile::m16>(p, e, plan.decode, l.group, grid, stream);
     case Tile::m32: return launch_tile<Tile::m32>(p, e, plan.decode, l.group, grid, stream);

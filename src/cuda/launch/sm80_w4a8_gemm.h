@@ -20,9 +20,12 @@ enum class W4A8Epilogue : int { s32, per_channel, group, two_level };
 enum class W4Decode : int { offset_xor, high_nibble };
 }  // namespace sm80
 
-/// One validated call: raw pointers of the operands (see the kernel header for layouts).
+/// One validated call: raw pointers of the operands (see the kernel header for layouts). With
+/// weight_bits = 8 it is a W8A8 call: `w` is the logical (N, K) s8 matrix, row pitch `ldw`
+/// bytes, with per-channel scales of dtype `w_scale_dtype`; n_pad = n, k_pad = K rounded up to 128.
 struct W4A8Launch {
   int device = 0;
+  int weight_bits = 4;  ///< 4: packed w4_mma_k128; 8: row-major s8
   sm80::W4A8Epilogue epilogue = sm80::W4A8Epilogue::per_channel;
   int group = 0;  ///< group size for group / two_level
   int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;
@@ -31,7 +34,9 @@ struct W4A8Launch {
   const float* a_scales = nullptr;
   bool a_per_tensor = false;
   const void* w = nullptr;
-  const float* w_scales = nullptr;
+  int64_t ldw = 0;  ///< bytes, weight_bits 8 only
+  const float* w_scales = nullptr;  ///< f32, or the dtype w_scale_dtype (weight_bits 8)
+  DType w_scale_dtype = DType::f32;
   const void* w_params = nullptr;
   const void* bias = nullptr;
   DType bias_dtype = DType::f32;
@@ -42,12 +47,13 @@ struct W4A8Launch {
 
 /// The tile and split-K choice for a problem (depends only on shape, group and SM count).
 struct W4A8Plan {
-  int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
+  int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0, weight_bits = 4;
   sm80::W4Decode decode = sm80::W4Decode::offset_xor;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
 };
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
-                        sm80::W4A8Epilogue epilogue, int group, int sm_count);
+                        sm80::W4A8Epilogue epilogue, int group, int sm_count,
+                        int weight_bits = 4);
 std::string describe(const W4A8Plan& plan);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);

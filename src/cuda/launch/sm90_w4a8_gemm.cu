@@ -13,6 +13,7 @@
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/split_k_workspace.h"
+#include "cuda/launch/tensor_map.h"
 #include "cuda/sm90/sm90_w4a8_gemm.cuh"
 #include "nibble/device.h"
 
@@ -22,60 +23,19 @@ using sm80::W4A8Epilogue;
 
 namespace {
 
-// The driver's tensor-map encoder, fetched through the runtime so that nothing links libcuda
-// directly (the runtime already loads it).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn encode_tiled() {
-  static const EncodeTiledFn fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    NIBBLE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                       cudaEnableDefault, &status));
-    if (status != cudaDriverEntryPointSuccess || p == nullptr)
-      nibble::detail::fail(ErrorCode::cuda_error,
-                           "sm90_w4a8_gemm: the CUDA driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<EncodeTiledFn>(p);
-  }();
-  return fn;
-}
-
-// Builds a tensor map of rank R: dims[0] is the contiguous one; strides (bytes) of dims 1..R-1.
-template <int R>
-CUtensorMap make_tensor_map(CUtensorMapDataType type, const void* base,
-                            const cuuint64_t (&dims)[R], const cuuint64_t (&strides)[R - 1],
-                            const cuuint32_t (&box)[R], CUtensorMapSwizzle swizzle,
-                            const char* what) {
-  CUtensorMap map;
-  std::memset(&map, 0, sizeof(map));
-  cuuint32_t element_strides[R];
-  for (int i = 0; i < R; ++i) element_strides[i] = 1;
-  const CUresult r =
-      encode_tiled()(&map, type, R, const_cast<void*>(base), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    nibble::detail::fail(ErrorCode::cuda_error, std::string("sm90_w4a8_gemm: cannot describe ") +
-                                                    what + " for TMA (CUresult " +
-                                                    std::to_string(static_cast<int>(r)) + ")");
-  return map;
-}
-
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
-template <int BM, W4A8Epilogue E>
+// 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
+template <int BM, W4A8Epilogue E, int W = 4>
 struct Instance {
-  static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E>::kStageBytes;
+  static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E, W>::kStageBytes;
   static constexpr int kStages = std::min(8, 204800 / kStageBytes);
-  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E>;
+  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W>;
 };
 
-template <int BM, W4A8Epilogue E>
+template <int BM, W4A8Epilogue E, int W = 4>
 void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
-  using Cfg = typename Instance<BM, E>::Cfg;
+  using Cfg = typename Instance<BM, E, W>::Cfg;
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
@@ -96,8 +56,21 @@ void launch_epilogue(int bm, const CUtensorMap& a, const CUtensorMap& w, const C
                        "sm90_w4a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
 }
 
+template <W4A8Epilogue E>
+void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
+                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+  switch (bm) {
+    case 64: return launch_instance<64, E, 8>(a, w, w, p, grid, stream);
+    case 128: return launch_instance<128, E, 8>(a, w, w, p, grid, stream);
+    case 256: return launch_instance<256, E, 8>(a, w, w, p, grid, stream);
+  }
+  nibble::detail::fail(ErrorCode::internal,
+                       "sm90_w8a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
+}
+
 template <int BM>
-int stages_of(W4A8Epilogue e) {
+int stages_of(W4A8Epilogue e, int weight_bits) {
+  if (weight_bits == 8) return Instance<BM, W4A8Epilogue::per_channel, 8>::kStages;
   switch (e) {
     case W4A8Epilogue::s32: return Instance<BM, W4A8Epilogue::s32>::kStages;
     case W4A8Epilogue::per_channel: return Instance<BM, W4A8Epilogue::per_channel>::kStages;
@@ -129,11 +102,12 @@ bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group) {
 }
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
-                             int sm_count) {
+                             int sm_count, int weight_bits) {
   // Pick the token tile with the least estimated time: waves of CTAs × the time of one tile,
   // which grows with its tokens plus a fixed part (the weight tile's stream and decode, the
   // pipeline fill and the epilogue, about 48 tokens' worth of MMA).
   W4A8WgmmaPlan best;
+  best.weight_bits = weight_bits;
   int64_t best_cost = 0;
   const int64_t tiles_n = (n_pad + 127) / 128;
   for (int bm : {256, 128, 64}) {
@@ -158,14 +132,15 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   if (2 * tiles <= sm_count) splits = std::clamp(std::min(sm_count / tiles, kblocks / 24), 1, 16);
   best.kblocks_per_split = (kblocks + splits - 1) / splits;
   best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
-  best.stages = best.bm == 256   ? stages_of<256>(epilogue)
-                : best.bm == 128 ? stages_of<128>(epilogue)
-                                 : stages_of<64>(epilogue);
+  best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits)
+                : best.bm == 128 ? stages_of<128>(epilogue, weight_bits)
+                                 : stages_of<64>(epilogue, weight_bits);
   return best;
 }
 
 std::string describe(const W4A8WgmmaPlan& plan) {
-  return "sm90_w4a8_gemm (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
+  return std::string(plan.weight_bits == 8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm") +
+         " (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
@@ -177,29 +152,37 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   if (!sm90_w4a8_handles(l.epilogue, l.group))
     nibble::detail::fail(ErrorCode::internal, "sm90_w4a8_gemm: format not implemented here");
   const DeviceInfo dev = cuda_device_info(l.device);
-  const W4A8WgmmaPlan plan = plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, dev.sm_count);
+  const W4A8WgmmaPlan plan =
+      plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, dev.sm_count, l.weight_bits);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
 
   // Activations: (M, K) bytes, boxes of 128 bytes × BM rows with the 128-byte swizzle that the
   // wgmma descriptor expects; rows ≥ M and columns ≥ K read as zeros.
+  const char* name = l.weight_bits == 8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm";
   const CUtensorMap map_a = make_tensor_map<2>(
-      CU_TENSOR_MAP_DATA_TYPE_UINT8, l.a, {cuuint64_t(l.k), cuuint64_t(l.m)},
+      name, CU_TENSOR_MAP_DATA_TYPE_UINT8, l.a, {cuuint64_t(l.k), cuuint64_t(l.m)},
       {cuuint64_t(l.lda)}, {128u, cuuint32_t(plan.bm)}, CU_TENSOR_MAP_SWIZZLE_128B,
       "the activations");
-  // Weights: 8×128 blocks of 512 bytes = 128 words; block (nb, kb) at (nb·kblocks + kb)·512.
-  const CUtensorMap map_w = make_tensor_map<3>(
-      CU_TENSOR_MAP_DATA_TYPE_UINT32, l.w,
-      {128u, kblocks, cuuint64_t(l.n_pad / 8)}, {512u, kblocks * 512u}, {128u, 1u, 16u},
-      CU_TENSOR_MAP_SWIZZLE_NONE, "the packed weights");
+  // Weights, int4: 8×128 blocks of 512 bytes = 128 words; block (nb, kb) at
+  // (nb·kblocks + kb)·512. int8: the (N, K) matrix, boxes of 128 bytes × 128 rows swizzled
+  // like the activations; rows ≥ N and columns ≥ K read as zeros.
+  const CUtensorMap map_w =
+      l.weight_bits == 8
+          ? make_tensor_map<2>(name, CU_TENSOR_MAP_DATA_TYPE_UINT8, l.w,
+                               {cuuint64_t(l.k), cuuint64_t(l.n)}, {cuuint64_t(l.ldw)},
+                               {128u, 128u}, CU_TENSOR_MAP_SWIZZLE_128B, "the int8 weights")
+          : make_tensor_map<3>(name, CU_TENSOR_MAP_DATA_TYPE_UINT32, l.w,
+                               {128u, kblocks, cuuint64_t(l.n_pad / 8)}, {512u, kblocks * 512u},
+                               {128u, 1u, 16u}, CU_TENSOR_MAP_SWIZZLE_NONE, "the packed weights");
   // Group data: one row of N_pad values per 128-wide K block.
   CUtensorMap map_g;
   std::memset(&map_g, 0, sizeof(map_g));
   if (l.epilogue == W4A8Epilogue::group)
-    map_g = make_tensor_map<2>(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, l.w_scales,
+    map_g = make_tensor_map<2>(name, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, l.w_scales,
                                {cuuint64_t(l.n_pad), kblocks}, {cuuint64_t(l.n_pad) * 4},
                                {128u, 1u}, CU_TENSOR_MAP_SWIZZLE_NONE, "the group scales");
   if (l.epilogue == W4A8Epilogue::two_level)
-    map_g = make_tensor_map<2>(CU_TENSOR_MAP_DATA_TYPE_UINT16, l.w_params,
+    map_g = make_tensor_map<2>(name, CU_TENSOR_MAP_DATA_TYPE_UINT16, l.w_params,
                                {cuuint64_t(l.n_pad), kblocks}, {cuuint64_t(l.n_pad) * 2},
                                {128u, 1u}, CU_TENSOR_MAP_SWIZZLE_NONE,
                                "the two-level group parameters");
@@ -217,6 +200,7 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.n = static_cast<int>(l.n);
   p.kblocks = static_cast<int>(kblocks);
   p.kblocks_per_split = plan.kblocks_per_split;
+  p.w_scale_dtype = l.w_scale_dtype;
   if (plan.splits > 1) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
@@ -224,6 +208,14 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
     p.counters = ws.counters;
   }
   const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
+  if (l.weight_bits == 8) {
+    if (l.epilogue == W4A8Epilogue::s32)
+      return launch_epilogue8<W4A8Epilogue::s32>(plan.bm, map_a, map_w, p, grid, stream);
+    if (l.epilogue == W4A8Epilogue::per_channel)
+      return launch_epilogue8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, p, grid, stream);
+    nibble::detail::fail(ErrorCode::internal,
+                         "sm90_w8a8_gemm: int8 weights have per-channel or s32 epilogues only");
+  }
   switch (l.epilogue) {
     case W4A8Epilogue::s32:
       return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream);

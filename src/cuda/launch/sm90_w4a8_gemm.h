@@ -11,9 +11,11 @@
 namespace nibble::cuda {
 
 /// The tile choice for a problem: BM tokens × 128 channels per CTA, one tile (or one K range of
-/// it, with split-K) per CTA.
+/// it, with split-K) per CTA. weight_bits 8 is the W8A8 GEMM (sm90_w8a8_gemm) on the logical
+/// row-major s8 weights of a W4A8Launch with weight_bits = 8.
 struct W4A8WgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+  int weight_bits = 4;
 };
 
 /// True when `device` is a Hopper GPU (sm_90) and this build carries sm_90a code.
@@ -22,7 +24,7 @@ bool sm90_w4a8_available(int device);
 /// (f32 group scales or two-level).
 bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group);
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
-                             sm80::W4A8Epilogue epilogue, int sm_count);
+                             sm80::W4A8Epilogue epilogue, int sm_count, int weight_bits = 4);
 std::string describe(const W4A8WgmmaPlan& plan);
 
 void launch_sm90_w4a8(const W4A8Launch& launch, Stream stream);

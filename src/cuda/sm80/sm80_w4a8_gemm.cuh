@@ -1,5 +1,6 @@
-// sm80_w4a8_gemm — int4 weights × int8 activations on mma.sync.m16n8k32 (sm_80, sm_86, sm_89,
-// sm_90), int32 accumulation, fused rescale.
+// sm80_w4a8_gemm — int4 (or int8) weights × int8 activations on mma.sync.m16n8k32 (sm_80,
+// sm_86, sm_89, sm_90), int32 accumulation, fused rescale. With 8-bit weights (WBITS = 8) the
+// same kernel is the W8A8 GEMM, reported as sm80_w8a8_gemm.
 //
 //   D[m,n] = s_a[m] · s_w[n] · Σ_k a[m,k]·w[n,k]                  (per_channel)
 //   D[m,n] = s_a[m] · Σ_g s_w[g,n] · Σ_{k∈g} a[m,k]·w[n,k]        (group: f32 rescale per group)
@@ -9,8 +10,13 @@
 //
 // Operands
 //   a   (M, K) s8, row-major, row pitch `lda` bytes; base and pitch 16-byte aligned; K % 32 == 0.
-//   w   layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes, one 16-byte
-//       load per lane holds that lane's B fragments for four k32 steps; nibbles unsigned.
+//   w   WBITS 4: layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes, one
+//       16-byte load per lane holds that lane's B fragments for four k32 steps; nibbles unsigned.
+//       WBITS 8: the logical (N, K) s8 matrix itself, row-major, row pitch `ldw` bytes (base and
+//       pitch 16-byte aligned, K % 16 == 0): no packing. Its tiles are stored in shared memory
+//       like A's (128-byte rows, XOR-swizzled 16-byte chunks) and read with ldmatrix, whose
+//       8×16-byte matrices are exactly mma.m16n8k32's B fragments (row = channel, lane l gets
+//       bytes 4(l%4).. of row l/4). Per-channel scales may be f32, f16 or bf16.
 //   s_a f32 per row (or one per tensor); s_w f32 (N_pad) or (K_pad/G, N_pad); two-level group
 //       parameters u16 (K_pad/G, N_pad) = g_s | (128 − g_s·g_z) << 8.
 //
@@ -40,6 +46,7 @@
 //      weight layout, M is guarded (zero-filled A rows, masked stores).
 //   3. Epilogue stores are 2-element vectors straight from the accumulator fragments.
 //   4. Split-K partials go through a workspace of splits·M·N·4 bytes plus one counter per tile.
+//   5. 8-bit weights: per-channel and s32 epilogues only (w8_pc is the only int8 weight format).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
 #pragma once
 
@@ -76,12 +83,21 @@ struct W4A8GemmParams {
   int splits = 1, kblocks_per_split = 0;
   void* workspace = nullptr;      // splits·M·N 4-byte partials
   int* counters = nullptr;        // one per output tile, zero between calls
+  int64_t ldw = 0;                // WBITS 8: bytes between weight rows
+  DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
 };
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
-          int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor>
+          int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor, int WBITS_ = 4>
 struct W4A8GemmConfig {
   static constexpr W4Decode DECODE = DECODE_;
+  /// Weight bits: 4 (packed w4_mma_k128) or 8 (row-major s8, loaded like A).
+  static constexpr int WBITS = WBITS_;
+  static constexpr bool kW8 = WBITS_ == 8;
+  static_assert(WBITS_ == 4 || WBITS_ == 8, "weights are int4 or int8");
+  static_assert(!kW8 || EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel,
+                "int8 weights are per channel");
+  static_assert(!kW8 || DECODE_ == W4Decode::offset_xor, "int8 weights are not decoded");
   /// high_nibble decoding multiplies every weight by 16; the accumulators are shifted back.
   static constexpr int kAccShift = DECODE_ == W4Decode::high_nibble ? 4 : 0;
   static_assert(!(DECODE_ == W4Decode::high_nibble && EPI_ == W4A8Epilogue::two_level),
@@ -100,13 +116,14 @@ struct W4A8GemmConfig {
   // Rows of group data one 128-wide K block needs (a 256 group spans two blocks).
   static constexpr int kGroupRows = kGrouped ? (GROUP >= kBK ? 1 : kBK / GROUP) : 0;
   static constexpr int kABytes = BM * kBK;
-  static constexpr int kWBytes = BN * kBK / 2;
+  static constexpr int kWBytes = BN * kBK * WBITS / 8;
   static constexpr int kScaleBytes = EPI == W4A8Epilogue::group ? kGroupRows * BN * 4 : 0;
   static constexpr int kParamBytes = EPI == W4A8Epilogue::two_level ? kGroupRows * BN * 2 : 0;
   static constexpr int kStageBytes = kABytes + kWBytes + kScaleBytes + kParamBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;
 
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
+  static_assert(!kW8 || NT % 2 == 0, "int8 weight fragments come two n8 tiles per ldmatrix.x4");
   static_assert(!kGrouped || (GROUP == 32 || GROUP == 64 || GROUP == 128 || GROUP == 256),
                 "group size must be 32, 64, 128 or 256");
   static_assert(kStageBytes % 16 == 0, "stage regions must stay 16-byte aligned");
@@ -117,11 +134,16 @@ namespace detail {
 /// The output value of one element before conversion: s_a · (s_w · acc) per channel and
 /// two-level, s_a · Σ_g per group (that sum is accumulated with FMA, so it differs from the
 /// reference's separate multiply and add by rounding only), then the bias.
-template <W4A8Epilogue EPI>
+template <W4A8Epilogue EPI, bool kAnyScaleDtype = false>
 __device__ __forceinline__ float finish(const W4A8GemmParams& p, int row, int col, int32_t acc,
                                         float facc) {
   const float s_a = p.a_scales[row * p.a_scale_step];
-  float v = EPI == W4A8Epilogue::group ? s_a * facc : s_a * (p.w_scales[col] * float(acc));
+  float s_w = 0.0f;
+  if constexpr (EPI != W4A8Epilogue::group) {
+    if constexpr (kAnyScaleDtype) s_w = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col, 0);
+    else s_w = p.w_scales[col];
+  }
+  float v = EPI == W4A8Epilogue::group ? s_a * facc : s_a * (s_w * float(acc));
   if (p.bias != nullptr) v += load_float(Operand{p.bias, p.bias_dtype, 1}, col, 0);
   return v;
 }
@@ -160,13 +182,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
       cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
     }
+    if constexpr (Cfg::kW8) {
 #pragma unroll
-    for (int i = tid; i < BN * 4; i += Cfg::kThreads) {  // 16-byte chunks of W (32 per n8 block)
-      const int nb = i >> 5, part = i & 31;
-      const int gnb = (n0 >> 3) + nb;
-      const bool valid = gnb * 8 < p.n_pad;
-      const uint8_t* src = p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * 512 + part * 16;
-      ptx::cp_async_16_stream(w_sh + nb * 512 + part * 16, src, valid, weight_policy);
+      for (int i = tid; i < BN * 8; i += Cfg::kThreads) {  // 16-byte chunks of W rows, as A
+        const int r = i >> 3, c = i & 7;
+        const int gn = n0 + r, gk = kb * 128 + c * 16;
+        const bool valid = gn < p.n && gk < p.k;
+        const uint8_t* src = p.w + int64_t(valid ? gn : 0) * p.ldw + (valid ? gk : 0);
+        ptx::cp_async_16_stream(w_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid, weight_policy);
+      }
+    } else {
+#pragma unroll
+      for (int i = tid; i < BN * 4; i += Cfg::kThreads) {  // 16-byte chunks of W (32 per n8 block)
+        const int nb = i >> 5, part = i & 31;
+        const int gnb = (n0 >> 3) + nb;
+        const bool valid = gnb * 8 < p.n_pad;
+        const uint8_t* src = p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * 512 + part * 16;
+        ptx::cp_async_16_stream(w_sh + nb * 512 + part * 16, src, valid, weight_policy);
+      }
     }
     if constexpr (Cfg::kScaleBytes > 0 || Cfg::kParamBytes > 0) {
       constexpr int kElemBytes = EPI == W4A8Epilogue::group ? 4 : 2;
@@ -229,12 +262,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // 64×64 warp tiles. Fragments are double-buffered in registers: step j+1's shared-memory
     // loads are issued before step j's MMAs, so their latency hides behind the tensor cores
     // (the asm statements are volatile and keep their program order).
+    // With int8 weights, one ldmatrix.x4 gives two n8 tiles' B fragments for one k32 step:
+    // lanes 8q..8q+7 address the rows of matrix q = (tile nt + q/2, 16-byte chunk 2j + q%2).
     const uint8_t* w_lane = w_sh + warp_n * NT * 512 + lane * 16;
     uint32_t af[2][MT][4], bw[2][NT], prm[2][NT];
+    uint32_t bw8[2][Cfg::kW8 ? NT : 1][2];
     auto load_fragments = [&](int j, uint32_t (&a_frag)[MT][4], uint32_t (&b_word)[NT],
-                              uint32_t (&b_param)[NT]) {
+                              uint32_t (&b_param)[NT], uint32_t (&b_frag8)[Cfg::kW8 ? NT : 1][2]) {
+      if constexpr (Cfg::kW8) {
+        (void)b_word;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) b_word[nt] = ptx::lds32(w_lane + nt * 512 + j * 4);
+        for (int nt = 0; nt < NT; nt += 2) {
+          const int r = warp_n * Cfg::WN + (nt + (lane >> 4)) * 8 + (lane & 7);
+          const int c = 2 * j + ((lane >> 3) & 1);
+          uint32_t q[4];
+          ptx::ldmatrix_x4(q, w_sh + r * 128 + ((c ^ (r & 7)) << 4));
+          b_frag8[nt][0] = q[0];
+          b_frag8[nt][1] = q[1];
+          b_frag8[nt + 1][0] = q[2];
+          b_frag8[nt + 1][1] = q[3];
+        }
+      } else {
+        (void)b_frag8;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) b_word[nt] = ptx::lds32(w_lane + nt * 512 + j * 4);
+      }
       if constexpr (EPI == W4A8Epilogue::two_level) {
         const int grow = Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP;
 #pragma unroll
@@ -249,31 +301,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         ptx::ldmatrix_x4(a_frag[mt], a_sh + r * 128 + ((c ^ (r & 7)) << 4));
       }
     };
-    load_fragments(0, af[0], bw[0], prm[0]);
+    load_fragments(0, af[0], bw[0], prm[0], bw8[0]);
 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int cur = j & 1;
-      if (j < 3) load_fragments(j + 1, af[cur ^ 1], bw[cur ^ 1], prm[cur ^ 1]);
+      if (j < 3) load_fragments(j + 1, af[cur ^ 1], bw[cur ^ 1], prm[cur ^ 1], bw8[cur ^ 1]);
       // Group row of this k32 step inside the block's group data.
       const int grow = Cfg::kGrouped ? (Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP) : 0;
       uint32_t b[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        uint32_t gs = 1u, offset4 = kS4SymOffset4;
-        if constexpr (EPI == W4A8Epilogue::two_level) two_level_operands(prm[cur][nt], gs, offset4);
-        const uint32_t word = bw[cur][nt];
-        if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
-          // u = v + 8 in a nibble; moved to the high half of its byte, 16u = 16v + 128, and
-          // XOR 0x80 leaves 16v as an int8 (16v ∈ [-128, 112]). One LOP3 for the high nibbles,
-          // a shift and a LOP3 for the low ones.
-          (void)gs;
-          (void)offset4;
-          b[nt][0] = ((word << 4) & 0xF0F0F0F0u) ^ 0x80808080u;
-          b[nt][1] = (word & 0xF0F0F0F0u) ^ 0x80808080u;
+        if constexpr (Cfg::kW8) {
+          b[nt][0] = bw8[cur][nt][0];
+          b[nt][1] = bw8[cur][nt][1];
         } else {
-          b[nt][0] = decode_low_nibbles(word, gs, offset4);
-          b[nt][1] = decode_high_nibbles(word, gs, offset4);
+          uint32_t gs = 1u, offset4 = kS4SymOffset4;
+          if constexpr (EPI == W4A8Epilogue::two_level)
+            two_level_operands(prm[cur][nt], gs, offset4);
+          const uint32_t word = bw[cur][nt];
+          if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
+            // u = v + 8 in a nibble; moved to the high half of its byte, 16u = 16v + 128, and
+            // XOR 0x80 leaves 16v as an int8 (16v ∈ [-128, 112]). One LOP3 for the high nibbles,
+            // a shift and a LOP3 for the low ones.
+            (void)gs;
+            (void)offset4;
+            b[nt][0] = ((word << 4) & 0xF0F0F0F0u) ^ 0x80808080u;
+            b[nt][1] = (word & 0xF0F0F0F0u) ^ 0x80808080u;
+          } else {
+            b[nt][0] = decode_low_nibbles(word, gs, offset4);
+            b[nt][1] = decode_high_nibbles(word, gs, offset4);
+          }
         }
       }
 #pragma unroll
@@ -335,7 +393,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                         detail::finish<EPI>(p, row, col, 0, sum));
           } else {
             store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                        detail::finish<EPI>(p, row, col, sum >> Cfg::kAccShift, 0.0f));
+                        detail::finish<EPI, Cfg::kW8>(p, row, col, sum >> Cfg::kAccShift, 0.0f));
           }
         });
     return;
@@ -365,9 +423,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (two) d[1] = i1;
           continue;
         } else {
-          const float v0 = detail::finish<EPI>(p, row, col, i0, facc_of(mt, nt, half * 2));
-          const float v1 =
-              two ? detail::finish<EPI>(p, row, col + 1, i1, facc_of(mt, nt, half * 2 + 1)) : 0.0f;
+          const float v0 = detail::finish<EPI, Cfg::kW8>(p, row, col, i0, facc_of(mt, nt, half * 2));
+          const float v1 = two ? detail::finish<EPI, Cfg::kW8>(p, row, col + 1, i1,
+                                                                facc_of(mt, nt, half * 2 + 1))
+                               : 0.0f;
           store_float_pair(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v0, v1, two);
         }
       }

@@ -182,6 +182,48 @@ __device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kLaneB
   }
 }
 
+/// One channel's group constants as T pairs: the scale s, MAGIC + z (integer zero) or z (float
+/// zero); set at the first k16 step of each group.
+struct GroupPair {
+  uint32_t scale2 = 0, offset2 = 0, zero2 = 0;
+};
+
+/// The group constants of channel `col` from a K block's group tables in shared memory: scales
+/// at g_sh[row + col], zeros `table_words` further on.
+template <class Cfg>
+__device__ __forceinline__ GroupPair group_pair(const float* g_sh, int table_words, int row,
+                                                int col) {
+  using T = typename Cfg::T;
+  GroupPair gp;
+  gp.scale2 = splat<T>(g_sh[row + col]);
+  if constexpr (Cfg::kHasZeros) {
+    const float z = g_sh[table_words + row + col];
+    if constexpr (Cfg::DQ == WeightOnlyDequant::group_zero)
+      gp.offset2 = splat<T>(Half2Magic<T>::kValue + z);  // exact: z ≤ 15
+    else gp.zero2 = splat<T>(z);
+  }
+  return gp;
+}
+
+/// The 16-bit weight pair from a raw_pair: (u − c) exactly per channel, then the group's scale
+/// (and zero) applied in T with one rounding.
+template <class Cfg>
+__device__ __forceinline__ uint32_t dequant_pair(uint32_t raw, const GroupPair& gp,
+                                                 uint32_t center2) {
+  using T = typename Cfg::T;
+  // 8-bit bf16 pairs come out of raw_pair already as exact u − c.
+  constexpr bool kRawIsExact = Cfg::kBits == 8 && !Cfg::kF16;
+  if constexpr (Cfg::DQ == WeightOnlyDequant::group_zero) {
+    return as_u32(__hmul2(__hsub2(as_t2<T>(raw), as_t2<T>(gp.offset2)), as_t2<T>(gp.scale2)));
+  } else {
+    const uint32_t exact = kRawIsExact ? raw : as_u32(__hsub2(as_t2<T>(raw), as_t2<T>(center2)));
+    if constexpr (Cfg::DQ == WeightOnlyDequant::per_channel) return exact;
+    else if constexpr (Cfg::DQ == WeightOnlyDequant::group_scale)
+      return as_u32(__hmul2(as_t2<T>(exact), as_t2<T>(gp.scale2)));
+    else return as_u32(__hfma2(as_t2<T>(exact), as_t2<T>(gp.scale2), as_t2<T>(gp.zero2)));
+  }
+}
+
 }  // namespace detail
 
 template <class Cfg>
@@ -192,8 +234,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT, NT = Cfg::NT, STAGES = Cfg::STAGES;
   constexpr WeightOnlyDequant DQ = Cfg::DQ;
   constexpr int kWords = Cfg::kLaneBytes / 4;  // a lane's words of one K block
-  // 8-bit bf16 pairs come out of raw_pair already as exact u − c.
-  constexpr bool kRawIsExact = Cfg::kBits == 8 && !Cfg::kF16;
   extern __shared__ __align__(128) uint8_t smem[];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -266,7 +306,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // Dequantization constants that do not depend on the group.
   [[maybe_unused]] const uint32_t center2 = detail::splat<T>(Half2Magic<T>::kValue + float(Cfg::kCenter));
-  [[maybe_unused]] uint32_t scale2[NT], offset2[NT], zero2[NT];  // per group: s, MAGIC + z, z
+  [[maybe_unused]] detail::GroupPair group[NT];  // per group: s, MAGIC + z, z
 
   for (int it = 0; it < num_kb; ++it) {
     ptx::cp_async_wait<STAGES - 2>();
@@ -315,40 +355,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         if (step % Cfg::kStepsPerGroup == 0) {
           const int grow = step / Cfg::kStepsPerGroup;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int col = warp_n * Cfg::WN + nt * 8 + (lane >> 2);
-            scale2[nt] = detail::splat<T>(g_sh[grow * BN + col]);
-            if constexpr (Cfg::kHasZeros) {
-              const float z = g_sh[Cfg::kScaleRegionBytes / 4 + grow * BN + col];
-              if constexpr (DQ == WeightOnlyDequant::group_zero)
-                offset2[nt] = detail::splat<T>(Half2Magic<T>::kValue + z);  // exact: z ≤ 15
-              else zero2[nt] = detail::splat<T>(z);
-            }
-          }
+          for (int nt = 0; nt < NT; ++nt)
+            group[nt] = detail::group_pair<Cfg>(g_sh, Cfg::kScaleRegionBytes / 4, grow * BN,
+                                                warp_n * Cfg::WN + nt * 8 + (lane >> 2));
         }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         uint32_t b[2];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const uint32_t raw = detail::raw_pair<Cfg>(wq[nt], step, half);
-          using detail::as_t2;
-          using detail::as_u32;
-          if constexpr (DQ == WeightOnlyDequant::group_zero) {
-            b[half] = as_u32(__hmul2(__hsub2(as_t2<T>(raw), as_t2<T>(offset2[nt])),
-                                     as_t2<T>(scale2[nt])));
-          } else {
-            const uint32_t exact =
-                kRawIsExact ? raw : as_u32(__hsub2(as_t2<T>(raw), as_t2<T>(center2)));
-            if constexpr (DQ == WeightOnlyDequant::per_channel) b[half] = exact;
-            else if constexpr (DQ == WeightOnlyDequant::group_scale)
-              b[half] = as_u32(__hmul2(as_t2<T>(exact), as_t2<T>(scale2[nt])));
-            else
-              b[half] = as_u32(
-                  __hfma2(as_t2<T>(exact), as_t2<T>(scale2[nt]), as_t2<T>(zero2[nt])));
-          }
-        }
+        for (int half = 0; half < 2; ++half)
+          b[half] = detail::dequant_pair<Cfg>(detail::raw_pair<Cfg>(wq[nt], step, half),
+                                              group[nt], center2);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) ptx::mma_16816<Cfg::kF16>(acc[mt][nt], af[cur][mt], b);
       }

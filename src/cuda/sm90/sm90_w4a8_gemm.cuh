@@ -1,6 +1,9 @@
 // sm90_w4a8_gemm — int4 weights × int8 activations on Hopper's warpgroup MMA (sm_90a):
 // TMA loads into a shared-memory ring, one producer and two consumer warpgroups, int4 → int8
-// in the consumers' registers feeding wgmma as its register-sourced A operand.
+// in the consumers' registers feeding wgmma as its register-sourced A operand. With 8-bit
+// weights (WBITS = 8) the same kernel is the W8A8 GEMM, reported as sm90_w8a8_gemm: the weight
+// tile then comes by TMA from the logical row-major (N, K) s8 matrix with the same 128-byte
+// swizzle as the activations, and wgmma reads both operands from shared memory.
 //
 //   D[m,n] = s_a[m] · s_w[n] · Σ_k a[m,k]·w[n,k]                  (per_channel)
 //   D[m,n] = s_a[m] · Σ_g s_w[g,n] · Σ_{k∈g} a[m,k]·w[n,k]        (group, G = 128)
@@ -10,7 +13,9 @@
 //
 // Operands (the same as sm80_w4a8_gemm's, so one packed weight serves both kernels)
 //   a   (M, K) s8 row-major, pitch `lda` bytes; base and pitch 16-byte aligned; K % 32 == 0.
-//   w   layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes.
+//   w   WBITS 4: layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes.
+//       WBITS 8: (N, K) s8 row-major, pitch 16-byte aligned, K % 16 == 0; rows ≥ N and
+//       columns ≥ K read as zeros (TMA); per-channel scales f32, f16 or bf16.
 //   s_a f32 per row (or one per tensor); s_w f32 (N_pad) or (K_pad/128, N_pad); two-level
 //       parameters u16 (K_pad/128, N_pad).
 //
@@ -60,6 +65,7 @@
 //      per-tile counter; the last CTA of a tile reduces in split order (deterministic).
 //   4. One output tile per CTA (no persistent scheduler): the epilogue of one tile does not
 //      overlap the main loop of the next.
+//   5. 8-bit weights: per-channel and s32 epilogues only.
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
 #pragma once
 
@@ -75,6 +81,7 @@
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
 
 namespace nibble::cuda::sm90 {
@@ -94,10 +101,18 @@ struct W4A8WgmmaParams {
   int kblocks_per_split = 0;      // K blocks per CTA along gridDim.z (split-K)
   void* workspace = nullptr;      // splits·M·N 4-byte partials (split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
+  DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
 };
 
-template <int BM_, int STAGES_, W4A8Epilogue EPI_>
+template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4>
 struct W4A8WgmmaConfig {
+  /// Weight bits: 4 (packed w4_mma_k128, register-sourced wgmma) or 8 (row-major s8 tile in
+  /// shared memory, shared-memory-sourced wgmma).
+  static constexpr int WBITS = WBITS_;
+  static constexpr bool kW8 = WBITS_ == 8;
+  static_assert(WBITS_ == 4 || WBITS_ == 8, "weights are int4 or int8");
+  static_assert(!kW8 || EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel,
+                "int8 weights are per channel");
   static constexpr int BM = BM_;        // tokens per CTA tile (wgmma N)
   static constexpr int BN = 128;        // weight channels per CTA tile (2 × wgmma M)
   static constexpr int kBK = 128;       // K per stage
@@ -108,7 +123,7 @@ struct W4A8WgmmaConfig {
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // int32 accumulators per consumer thread
   static constexpr int kABytes = BM * kBK;
-  static constexpr int kWBytes = BN * kBK / 2;
+  static constexpr int kWBytes = BN * kBK * WBITS / 8;
   static constexpr int kGBytes = kGroupScales ? BN * 4 : kGroupParams ? BN * 2 : 0;
   static constexpr int kTxBytes = kABytes + kWBytes + kGBytes;
   // Stages stay 1024-byte aligned: the 128-byte swizzle pattern repeats every 1024 bytes and
@@ -169,7 +184,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint8_t* stage = smem + s * Cfg::kStageBytes;
         ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
         ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
-        ptx::tma_load_3d(stage + Cfg::kABytes, &tmap_w, &full[s], 0, kb, n0 / 8);
+        if constexpr (Cfg::kW8)
+          ptx::tma_load_2d(stage + Cfg::kABytes, &tmap_w, &full[s], kb * Cfg::kBK, n0);
+        else
+          ptx::tma_load_3d(stage + Cfg::kABytes, &tmap_w, &full[s], 0, kb, n0 / 8);
         if constexpr (Cfg::kGBytes > 0)
           ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
       }
@@ -194,38 +212,49 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 
   // One K block: wait for its stage, convert this lane's weight words into frag (the A
-  // fragments of the block's four k32 steps) and issue the four wgmma. Returns the stage.
+  // fragments of the block's four k32 steps; int8 weights need none, wgmma reads them from
+  // shared memory) and issue the four wgmma. Returns the stage.
   auto issue_block = [&](int it, uint32_t (&frag)[4][4]) {
     const int s = it % STAGES;
     ptx::mbarrier_wait(&full[s], (it / STAGES) & 1);
     const uint8_t* stage = smem + s * Cfg::kStageBytes;
     const uint8_t* w_sh = stage + Cfg::kABytes;
-    const uint8_t* g_sh = w_sh + Cfg::kWBytes;
-    const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
-    const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
-    uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
-    if constexpr (Cfg::kGroupParams) {
-      const uint16_t* prm = reinterpret_cast<const uint16_t*>(g_sh);
-      two_level_operands(prm[ch_local], gs0, off0);
-      two_level_operands(prm[ch_local + 8], gs1, off1);
-    }
-    const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
+    if constexpr (!Cfg::kW8) {
+      const uint8_t* g_sh = w_sh + Cfg::kWBytes;
+      const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
+      const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
+      uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
+      if constexpr (Cfg::kGroupParams) {
+        const uint16_t* prm = reinterpret_cast<const uint16_t*>(g_sh);
+        two_level_operands(prm[ch_local], gs0, off0);
+        two_level_operands(prm[ch_local + 8], gs1, off1);
+      }
+      const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
-      frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
-      frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
-      frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+      for (int j = 0; j < 4; ++j) {
+        frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
+        frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
+        frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
+        frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+      }
+    } else {
+      (void)frag;
     }
     const uint64_t desc = ptx::smem_desc_k128_sw128(stage);
+    // int8 weights: this warpgroup's 64 rows of the weight tile (1024-byte aligned) are A.
+    const uint64_t desc_w = ptx::smem_desc_k128_sw128(w_sh + 64 * cw * Cfg::kBK);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
     ptx::wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      // The group format restarts its exact int32 sums every K block (scale-d false).
-      const int accumulate = Cfg::kGroupScales && j == 0 ? 0 : 1;
-      ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);  // +32 bytes per k32
+    for (int j = 0; j < 4; ++j) {  // +32 bytes (2 descriptor units) per k32 step
+      if constexpr (Cfg::kW8) {
+        ptx::wgmma_s8_ss<BM>(acc, desc_w + 2 * j, desc + 2 * j, 1);
+      } else {
+        // The group format restarts its exact int32 sums every K block (scale-d false).
+        const int accumulate = Cfg::kGroupScales && j == 0 ? 0 : 1;
+        ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
+      }
     }
     ptx::wgmma_commit();
     return s;
@@ -233,10 +262,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // wgmma reads its register operands asynchronously: a block's fragments must stay untouched
   // until its group has completed, which is what this fence after the wait records.
   auto keep_until_here = [](uint32_t (&frag)[4][4]) {
+    if constexpr (Cfg::kW8) {
+      (void)frag;  // no register operands
+    } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
+        for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
+    }
   };
   auto release = [&](int s) {
     __syncwarp();
@@ -293,24 +326,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // tile goes to shared memory raw (int32 bits, or the group format's f32 sums), transposed to
   // token rows; the scales are applied on the way out, after any split-K reduction, so a split
   // result equals the unsplit one exactly.
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  uint32_t* out_sh = reinterpret_cast<uint32_t*>(smem);
+  {
+    uint32_t raw[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    // acc[i]: channel ch_local (+8 when i & 2), token 8·(i/4) + 2c + (i & 1).
-    const int tok = 8 * (i / 4) + 2 * c + (i & 1);
-    const int ch = ch_local + ((i & 2) ? 8 : 0);
-    uint32_t raw;
-    if constexpr (Cfg::kGroupScales) raw = __float_as_uint(facc[i]);
-    else raw = uint32_t(acc[i]);
-    out_sh[tok * Cfg::kOutPitch + ch] = raw;
+    for (int i = 0; i < kAcc; ++i) {
+      if constexpr (Cfg::kGroupScales) raw[i] = __float_as_uint(facc[i]);
+      else raw[i] = uint32_t(acc[i]);
+    }
+    write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
   }
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
 
   // Each consumer warp takes whole token rows: lane l owns channels 4l..4l+3 of the tile.
-  const int cwarp = (tid - 128) / 32;  // 0..7
   const int col = n0 + 4 * lane;
-  const bool col_ok = col < p.n;
   const int esize = p.d_dtype == DType::f32 || p.d_dtype == DType::s32 ? 4 : 2;
   const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
                       (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
@@ -318,7 +345,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     if (col + e >= p.n) break;
-    if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
+    if constexpr (Cfg::kW8 && EPI == W4A8Epilogue::per_channel)
+      sw4[e] = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col + e, 0);
+    else if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
       sw4[e] = p.w_scales[col + e];
     if constexpr (EPI != W4A8Epilogue::s32)
       if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
@@ -345,94 +374,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const float t = Cfg::kGroupScales ? __uint_as_float(raw[e]) : sw4[e] * float(int32_t(raw[e]));
         v[e] = s_a * t + bias4[e];
       }
-      if (vec_ok && p.d_dtype == DType::bf16) {
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
-        *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(p.d) + i0) =
-            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-      } else if (vec_ok && p.d_dtype == DType::f16) {
-        const __half2 lo = __floats2half2_rn(v[0], v[1]);
-        const __half2 hi = __floats2half2_rn(v[2], v[3]);
-        *reinterpret_cast<uint2*>(static_cast<__half*>(p.d) + i0) =
-            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-      } else if (vec_ok) {
-        *reinterpret_cast<float4*>(static_cast<float*>(p.d) + i0) = make_float4(v[0], v[1], v[2], v[3]);
-      } else {
-        for (int e = 0; e < 4 && col + e < p.n; ++e) store_float(p.d, p.d_dtype, i0 + e, v[e]);
-      }
+      store_float4(p.d, p.d_dtype, i0, v, vec_ok, p.n - col);
     }
   };
 
-  if (gridDim.z == 1) {
-    for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
-      if (!col_ok) continue;
-      const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * Cfg::kOutPitch + 4 * lane);
-      store_row(m0 + r, {t.x, t.y, t.z, t.w});
-    }
-    return;
-  }
-
-  // ---- split-K: park the raw partial tile; the last CTA of the tile sums the slots in split
-  // order (deterministic run to run) and finishes the tile, then resets the tile's counter.
-  __shared__ int is_last;
-  const int splits = gridDim.z;
-  uint32_t* slots = static_cast<uint32_t*>(p.workspace);
-  uint32_t* slot = slots + int64_t(blockIdx.z) * p.m * p.n;
-  // 16-byte partial accesses when every row of the workspace starts 16-byte aligned.
-  const bool part_vec = p.n % 4 == 0 && col_ok;
-  for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
-    const int64_t base = int64_t(m0 + r) * p.n + col;
-    const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * Cfg::kOutPitch + 4 * lane);
-    if (part_vec) {
-      *reinterpret_cast<uint4*>(slot + base) = t;
-    } else {
-      const uint32_t v[4] = {t.x, t.y, t.z, t.w};
-      for (int e = 0; e < 4 && col + e < p.n; ++e) slot[base + e] = v[e];
-    }
-  }
-  __threadfence();  // partials visible device-wide before the counter says so
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  const int tile_id = tile_n * tiles_m + tile_m;
-  if (tid == 128) is_last = atomicAdd(&p.counters[tile_id], 1) == splits - 1;
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  if (!is_last) return;
-  __threadfence();
-  // Every split's loads are issued before any is summed, so a row costs one round trip to L2
-  // rather than one per split.
-  constexpr int kMaxSplits = 16;  // plan_sm90_w4a8 never makes more
-  for (int r = cwarp; r < BM && m0 + r < p.m; r += 8) {
-    if (!col_ok) continue;
-    const int64_t base = int64_t(m0 + r) * p.n + col;
-    uint4 part[kMaxSplits];
-#pragma unroll
-    for (int sp = 0; sp < kMaxSplits; ++sp) {
-      if (sp >= splits) break;
-      const uint32_t* src = slots + int64_t(sp) * p.m * p.n + base;
-      if (part_vec) {
-        part[sp] = __ldcg(reinterpret_cast<const uint4*>(src));
-      } else {
-        part[sp].x = __ldcg(src);
-        part[sp].y = col + 1 < p.n ? __ldcg(src + 1) : 0u;
-        part[sp].z = col + 2 < p.n ? __ldcg(src + 2) : 0u;
-        part[sp].w = col + 3 < p.n ? __ldcg(src + 3) : 0u;
-      }
-    }
-    uint32_t sum[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int sp = 0; sp < kMaxSplits; ++sp) {
-      if (sp >= splits) break;
-      const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (Cfg::kGroupScales)
-          sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
-        else
-          sum[e] += v[e];  // int32 sums wrap like the accumulators: exact
-      }
-    }
-    store_row(m0 + r, sum);
-  }
-  if (tid == 128) p.counters[tile_id] = 0;  // ready for the next launch
+  store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kGroupScales>(
+      smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
+      store_row);
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();

@@ -1,0 +1,156 @@
+#include "cuda/dispatch/int8_mma.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "cuda/launch/sm90_w4a8_gemm.h"
+#include "nibble/device.h"
+
+namespace nibble::cuda {
+
+namespace {
+
+// Which family runs a call (measured on the H100, 2026-11-23, forcing each kernel on the six
+// bench shapes with int4 weights). On Hopper, for the formats it implements, the wgmma kernel
+// runs
+//   - every M ≥ 17: at M = 64 it was 1.5–3× faster than sm80_w4a8_gemm on every shape, and sm80
+//     at M = 32 was slower than sm90 at M = 64 on every shape;
+//   - M = 9..16 when its grid fits in one wave: there it won on the five shapes that fit (e.g.
+//     4096×4096 at M = 16: 11.8 vs 15.4 µs) and lost on the one that does not (28672×4096:
+//     31.7 vs 25.2 µs, 224 tiles on 132 SMs).
+// Smaller M (a pure weight stream, where sm80_w4a8_gemm's thin split-K tiles won on four of six
+// shapes at M = 8 and most at M ≤ 4) and other GPUs run the sm80 family. int8 weights use the
+// same thresholds until they are measured for them.
+constexpr int64_t kSm90MinTokens = 17;
+constexpr int64_t kSm90MinTokensOneWave = 9;
+
+}  // namespace
+
+bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
+                       sm80::W4A8Epilogue epilogue, int group, int weight_bits) {
+  if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
+  const bool w8 = weight_bits == 8;
+  if (const char* forced = std::getenv(w8 ? "NIBBLE_W8A8_KERNEL" : "NIBBLE_W4A8_KERNEL")) {
+    const std::string f = forced;
+    if (f == (w8 ? "sm80_w8a8_gemm" : "sm80_w4a8_gemm")) return false;
+    if (f == (w8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm")) return true;
+  }
+  if (m >= kSm90MinTokens) return true;
+  if (m < kSm90MinTokensOneWave) return false;
+  const int sms = cuda_device_info(device).sm_count;
+  const W4A8WgmmaPlan plan = plan_sm90_w4a8(m, n_pad, k_pad, epilogue, sms, weight_bits);
+  return int64_t(plan.tiles_m) * plan.tiles_n * plan.splits <= sms;
+}
+
+void launch_int8_mma(const W4A8Launch& l, Stream stream) {
+  if (use_sm90_int8_mma(l.device, l.m, l.n_pad, l.k_pad, l.epilogue, l.group, l.weight_bits))
+    return launch_sm90_w4a8(l, stream);
+  launch_sm80_w4a8(l, stream);
+}
+
+std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
+                              sm80::W4A8Epilogue epilogue, int group, int weight_bits) {
+  const DeviceInfo info = cuda_device_info(device);
+  // int4 weights are padded to whole 8-channel blocks; int8 weights are used as they are.
+  const int64_t n_pad = weight_bits == 8 ? n : (n + 7) / 8 * 8;
+  const int64_t k_pad = (k + 127) / 128 * 128;
+  const std::string sms = " on " + std::to_string(info.sm_count) + " SMs";
+  if (use_sm90_int8_mma(device, m, n_pad, k_pad, epilogue, group, weight_bits))
+    return describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count, weight_bits)) +
+           sms + " (Hopper: M >= " + std::to_string(kSm90MinTokens) + ", or M >= " +
+           std::to_string(kSm90MinTokensOneWave) + " when the grid is one wave)";
+  return describe(plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue, group, info.sm_count,
+                                 weight_bits)) +
+         sms;
+}
+
+bool rows_aligned16(const TensorView& t) {
+  if (t.rank != 2 || t.stride(1) != 1) return false;
+  const int64_t pitch_bits = t.stride(0) * dtype_bits(t.dtype);
+  return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && pitch_bits % 128 == 0;
+}
+
+namespace {
+
+bool cc80(const LinearProblem& p, std::string* why_not) {
+  if (p.cc >= 80) return true;
+  *why_not = "int8 tensor-core GEMMs need sm_80+";
+  return false;
+}
+
+bool w8a8_supports(const LinearProblem& p, std::string* why_not) {
+  const LinearFormat& f = p.format;
+  if (f.weight.scheme != WeightScheme::s8_sym || !f.weight.per_channel() ||
+      (f.act != ActScheme::s8_per_token && f.act != ActScheme::s8_per_tensor)) {
+    *why_not = "W8A8 formats only";
+    return false;
+  }
+  if (!cc80(p, why_not)) return false;
+  if (p.k % 16 != 0) {
+    *why_not = "K % 16 != 0";
+    return false;
+  }
+  if (!p.aligned16) {
+    *why_not = "operand rows not 16-byte aligned";
+    return false;
+  }
+  return true;
+}
+
+W4A8Launch w8_launch(const TensorView& a, const TensorView& w, const TensorView& d) {
+  W4A8Launch l;
+  l.device = a.device.index;
+  l.weight_bits = 8;
+  l.m = a.size(0);
+  l.n = w.size(0);
+  l.k = a.size(1);
+  l.n_pad = l.n;
+  l.k_pad = (l.k + 127) / 128 * 128;
+  l.a = a.data;
+  l.lda = a.stride(0);
+  l.w = w.data;
+  l.ldw = w.stride(0);
+  l.d = d.data;
+  l.ldd = d.stride(0);
+  l.d_dtype = d.dtype;
+  return l;
+}
+
+void w8a8_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
+  const QuantizedActivationView& a = *call.a;
+  const QuantizedWeightView& w = *call.w;
+  W4A8Launch l = w8_launch(a.q, w.q, *call.d);
+  l.epilogue = sm80::W4A8Epilogue::per_channel;
+  l.a_scales = static_cast<const float*>(a.scales.data);
+  l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
+  l.w_scales = static_cast<const float*>(w.scales.data);  // read as w_scale_dtype
+  l.w_scale_dtype = w.scales.dtype;
+  if (call.bias != nullptr) {
+    l.bias = call.bias->data;
+    l.bias_dtype = call.bias->dtype;
+  }
+  launch_int8_mma(l, stream);
+}
+
+}  // namespace
+
+LinearKernel w8a8_int8_mma_entry() {
+  return {"sm80_w8a8_gemm / sm90_w8a8_gemm (int8 tensor cores, fused per-token x per-channel "
+          "epilogue)",
+          w8a8_supports, w8a8_launch};
+}
+
+bool int8_mma_handles_s32(const TensorView& a, const TensorView& w) {
+  if (a.dtype != DType::s8 || w.dtype != DType::s8) return false;
+  const DeviceInfo info = cuda_device_info(a.device.index);
+  return info.cc_major >= 8 && a.size(1) % 16 == 0 && rows_aligned16(a) && rows_aligned16(w);
+}
+
+void launch_int8_mma_s32(const TensorView& a, const TensorView& w, const TensorView& d,
+                         Stream stream) {
+  W4A8Launch l = w8_launch(a, w, d);
+  l.epilogue = sm80::W4A8Epilogue::s32;
+  launch_int8_mma(l, stream);
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,213 @@
+// Launcher of the sm90_weight_only_gemm family: the instance list, the token-tile and split-K
+// choice, and the TMA tensor maps.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/check.h"
+#include "common/cuda_runtime_check.h"
+#include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/sm90_w4a8_gemm.h"
+#include "cuda/launch/sm90_weight_only_gemm.h"
+#include "cuda/launch/split_k_workspace.h"
+#include "cuda/launch/tensor_map.h"
+#include "cuda/sm90/sm90_weight_only_gemm.cuh"
+#include "nibble/device.h"
+
+namespace nibble::cuda {
+
+using sm80::WeightOnlyDequant;
+
+namespace {
+
+// Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 6).
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
+struct Instance {
+  static constexpr int kStageBytes =
+      sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, 1>::kStageBytes;
+  static constexpr int kStages = std::min(6, 204800 / kStageBytes);
+  using Cfg = sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, kStages>;
+};
+
+struct Maps {
+  CUtensorMap x, w, s, z;
+};
+
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
+void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
+                     Stream stream) {
+  using Cfg = typename Instance<T, kBits, DQ, kRows, BM>::Cfg;
+  constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(m.x, m.w, m.s, m.z, p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
+void launch_bm(int bm, const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
+               Stream stream) {
+  if (bm == 64) return launch_instance<T, kBits, DQ, kRows, 64>(m, p, grid, stream);
+  launch_instance<T, kBits, DQ, kRows, 128>(m, p, grid, stream);
+}
+
+// Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
+template <class T, int kBits, WeightOnlyDequant DQ>
+void launch_grouped(int group, int bm, const Maps& m, const sm90::WeightOnlyWgmmaParams& p,
+                    dim3 grid, Stream stream) {
+  if (group == 32) return launch_bm<T, kBits, DQ, 4>(bm, m, p, grid, stream);
+  if (group == 64) return launch_bm<T, kBits, DQ, 2>(bm, m, p, grid, stream);
+  launch_bm<T, kBits, DQ, 1>(bm, m, p, grid, stream);
+}
+
+template <class T>
+void launch_typed(const WeightOnlyLaunch& l, int bm, const Maps& m,
+                  const sm90::WeightOnlyWgmmaParams& p, dim3 grid, Stream stream) {
+  const int g = l.group;
+  if (l.bits == 8) {
+    if (l.dequant == WeightOnlyDequant::per_channel)
+      return launch_bm<T, 8, WeightOnlyDequant::per_channel, 0>(bm, m, p, grid, stream);
+    if (l.dequant == WeightOnlyDequant::group_scale)
+      return launch_grouped<T, 8, WeightOnlyDequant::group_scale>(g, bm, m, p, grid, stream);
+  } else {
+    switch (l.dequant) {
+      case WeightOnlyDequant::per_channel:
+        return launch_bm<T, 4, WeightOnlyDequant::per_channel, 0>(bm, m, p, grid, stream);
+      case WeightOnlyDequant::group_scale:
+        return launch_grouped<T, 4, WeightOnlyDequant::group_scale>(g, bm, m, p, grid, stream);
+      case WeightOnlyDequant::group_zero:
+        return launch_grouped<T, 4, WeightOnlyDequant::group_zero>(g, bm, m, p, grid, stream);
+      case WeightOnlyDequant::group_fzp:
+        return launch_grouped<T, 4, WeightOnlyDequant::group_fzp>(g, bm, m, p, grid, stream);
+    }
+  }
+  nibble::detail::fail(ErrorCode::internal, "sm90_weight_only_gemm: no instance for " +
+                                                std::to_string(l.bits) + "-bit weights with "
+                                                "dequantization " +
+                                                std::to_string(static_cast<int>(l.dequant)));
+}
+
+int log2_exact(int g) {
+  int s = 0;
+  while ((1 << s) < g) ++s;
+  return s;
+}
+
+}  // namespace
+
+bool use_sm90_weight_only(int device, int64_t m) {
+  if (!sm90_w4a8_available(device)) return false;  // Hopper with sm_90a code: same condition
+  if (const char* forced = std::getenv("NIBBLE_WEIGHT_ONLY_KERNEL")) {
+    const std::string f = forced;
+    if (f == "sm80_weight_only_gemm") return false;
+    if (f == "sm90_weight_only_gemm") return true;
+  }
+  return m >= kSm90WeightOnlyMinTokens;
+}
+
+WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
+                                          int sm_count) {
+  // The token tile with the least estimated time: waves of CTAs × the time of one tile, its
+  // tokens plus a fixed part (weight stream and dequantization, pipeline fill, epilogue; about
+  // 48 tokens' worth, as for sm90_w4a8_gemm).
+  WeightOnlyWgmmaPlan best;
+  int64_t best_cost = 0;
+  const int64_t tiles_n = (n_pad + 127) / 128;
+  for (int bm : {128, 64}) {
+    const int64_t tiles_m = (m + bm - 1) / bm;
+    const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
+    const int64_t cost = waves * (bm + 48);
+    if (best.bm == 0 || cost < best_cost) {
+      best_cost = cost;
+      best.bm = bm;
+      best.tiles_m = static_cast<int>(tiles_m);
+      best.tiles_n = static_cast<int>(tiles_n);
+    }
+  }
+  // Split K when the tiles alone leave half the SMs idle: as many splits as fit in one wave, at
+  // most 16, at least 8 K blocks (1024 of K) each.
+  const int kblocks = static_cast<int>(k_pad / 128);
+  const int tiles = best.tiles_m * best.tiles_n;
+  int splits = 1;
+  if (2 * tiles <= sm_count) splits = std::clamp(std::min(sm_count / tiles, kblocks / 8), 1, 16);
+  best.kblocks_per_split = (kblocks + splits - 1) / splits;
+  best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
+  best.stages = best.bm == 128
+                    ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 128>::kStages
+                    : Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 64>::kStages;
+  return best;
+}
+
+std::string describe(const WeightOnlyWgmmaPlan& plan) {
+  return "sm90_weight_only_gemm (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
+         "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
+         " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
+         (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                " (tiles alone would leave SMs idle)"
+                          : "");
+}
+
+void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
+  const DeviceInfo dev = cuda_device_info(l.device);
+  const WeightOnlyWgmmaPlan plan = plan_sm90_weight_only(l.m, l.n_pad, l.k_pad, dev.sm_count);
+  const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
+  const char* name = "sm90_weight_only_gemm";
+  Maps maps;
+  // Activations: (M, K) 16-bit, boxes of 64 elements (128 bytes) × BM rows with the 128-byte
+  // swizzle, two per K block; rows ≥ M and columns ≥ K read as zeros.
+  maps.x = make_tensor_map<2>(name, l.x_dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                              l.x, {cuuint64_t(l.k), cuuint64_t(l.m)}, {cuuint64_t(l.ldx) * 2},
+                              {64u, cuuint32_t(plan.bm)}, CU_TENSOR_MAP_SWIZZLE_128B,
+                              "the activations");
+  // Weights: 8×128 blocks of 512 (4-bit) or 1024 (8-bit) bytes; block (nb, kb) at
+  // (nb·kblocks + kb)·block bytes; 16 blocks (128 channels) per copy.
+  const cuuint64_t block_words = l.bits == 8 ? 256u : 128u;
+  maps.w = make_tensor_map<3>(name, CU_TENSOR_MAP_DATA_TYPE_UINT32, l.w,
+                              {block_words, kblocks, cuuint64_t(l.n_pad / 8)},
+                              {block_words * 4, kblocks * block_words * 4},
+                              {cuuint32_t(block_words), 1u, 16u}, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              "the packed weights");
+  // Group tables: (⌈K_pad/G⌉, N_pad) f32; one K block reads 128 columns of 128/G rows (one
+  // row for G ≥ 128).
+  std::memset(&maps.s, 0, sizeof(maps.s));
+  std::memset(&maps.z, 0, sizeof(maps.z));
+  if (l.dequant != WeightOnlyDequant::per_channel) {
+    const cuuint64_t groups = (cuuint64_t(l.k_pad) + l.group - 1) / l.group;
+    const cuuint32_t rows = l.group >= 128 ? 1u : cuuint32_t(128 / l.group);
+    maps.s = make_tensor_map<2>(name, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, l.w_scales,
+                                {cuuint64_t(l.n_pad), groups}, {cuuint64_t(l.n_pad) * 4},
+                                {128u, rows}, CU_TENSOR_MAP_SWIZZLE_NONE, "the group scales");
+    if (l.dequant == WeightOnlyDequant::group_zero || l.dequant == WeightOnlyDequant::group_fzp)
+      maps.z = make_tensor_map<2>(name, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, l.w_zeros,
+                                  {cuuint64_t(l.n_pad), groups}, {cuuint64_t(l.n_pad) * 4},
+                                  {128u, rows}, CU_TENSOR_MAP_SWIZZLE_NONE, "the group zeros");
+  }
+
+  sm90::WeightOnlyWgmmaParams p;
+  p.w_scales = l.w_scales;
+  p.bias = l.bias;
+  p.bias_dtype = l.bias_dtype;
+  p.d = l.d;
+  p.ldd = l.ldd;
+  p.d_dtype = l.d_dtype;
+  p.m = static_cast<int>(l.m);
+  p.n = static_cast<int>(l.n);
+  p.kblocks = static_cast<int>(kblocks);
+  p.group_shift = l.group > 0 ? log2_exact(l.group) : 0;
+  p.kblocks_per_split = plan.kblocks_per_split;
+  if (plan.splits > 1) {
+    const SplitKWorkspace ws = split_k_workspace(
+        l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
+    p.workspace = ws.partials;
+    p.counters = ws.counters;
+  }
+  const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
+  if (l.x_dtype == DType::f16) return launch_typed<__half>(l, plan.bm, maps, p, grid, stream);
+  launch_typed<__nv_bfloat16>(l, plan.bm, maps, p, grid, stream);
+}
+
+}  // namespace nibble::cuda

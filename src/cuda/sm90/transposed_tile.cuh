@@ -1,0 +1,146 @@
+// The epilogue shared by the swap-AB wgmma kernels (sm90_w4a8_gemm, sm90_weight_only_gemm).
+//
+// Those kernels compute the transposed tile Dᵀ (weight channels × tokens) with two consumer
+// warpgroups of 64 channels each; a thread's accumulator i holds channel ch_local (+8 when
+// i & 2) and token 8·(i/4) + 2c + (i & 1) (c = lane % 4), for int32 or f32 accumulators alike.
+// The output D is row-major (tokens × channels), so the tile goes through shared memory:
+//
+//   write_transposed_tile   raw 4-byte accumulators → token rows of `kOutPitch` words (BN + 4:
+//                           the fragment writes then hit 32 distinct banks);
+//   store_transposed_tile   each consumer warp takes whole token rows, lane l channels
+//                           4l..4l+3 (one 16-byte shared load), and calls
+//                           store_row(row, raw[4]); with split-K (gridDim.z > 1) each CTA
+//                           first parks its raw tile in a workspace slot and the tile's last
+//                           CTA sums the slots in split order (int32 wrap-around or f32), so
+//                           results do not depend on CTA timing, then resets the tile counter.
+//
+// Both run on the 256 consumer threads only (named barrier 1) after the main loop; the ring is
+// reused for the tile, which is safe once every consumer has passed its last `full` wait.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/element.cuh"
+#include "nibble/types.h"
+
+namespace nibble::cuda::sm90 {
+
+template <int kAcc, int kOutPitch>
+__device__ __forceinline__ void write_transposed_tile(uint8_t* smem, const uint32_t (&raw)[kAcc],
+                                                      int ch_local, int c) {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  uint32_t* out_sh = reinterpret_cast<uint32_t*>(smem);
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    const int tok = 8 * (i / 4) + 2 * c + (i & 1);
+    const int ch = ch_local + ((i & 2) ? 8 : 0);
+    out_sh[tok * kOutPitch + ch] = raw[i];
+  }
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+/// Stores four adjacent outputs i0..i0+3 (only the first `count` when fewer remain): one
+/// 8- or 16-byte vector when `vec_ok`.
+__device__ __forceinline__ void store_float4(void* d, DType dtype, int64_t i0, const float (&v)[4],
+                                             bool vec_ok, int count) {
+  if (vec_ok && dtype == DType::bf16) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(v[2], v[3]);
+    *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(d) + i0) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  } else if (vec_ok && dtype == DType::f16) {
+    const __half2 lo = __floats2half2_rn(v[0], v[1]);
+    const __half2 hi = __floats2half2_rn(v[2], v[3]);
+    *reinterpret_cast<uint2*>(static_cast<__half*>(d) + i0) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  } else if (vec_ok) {
+    *reinterpret_cast<float4*>(static_cast<float*>(d) + i0) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    for (int e = 0; e < 4 && e < count; ++e) store_float(d, dtype, i0 + e, v[e]);
+  }
+}
+
+template <int BM, int kOutPitch, bool kFloatSum, class StoreRow>
+__device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, int m0, int n0,
+                                                      int tile_id, int m, int n, void* workspace,
+                                                      int* counters, StoreRow&& store_row) {
+  const uint32_t* out_sh = reinterpret_cast<const uint32_t*>(smem);
+  const int lane = tid % 32;
+  const int cwarp = (tid - 128) / 32;  // 0..7
+  const int col = n0 + 4 * lane;
+  const bool col_ok = col < n;
+  if (gridDim.z == 1) {
+    for (int r = cwarp; r < BM && m0 + r < m; r += 8) {
+      if (!col_ok) continue;
+      const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * kOutPitch + 4 * lane);
+      store_row(m0 + r, {t.x, t.y, t.z, t.w});
+    }
+    return;
+  }
+
+  // ---- split-K: park the raw partial tile; the last CTA of the tile sums the slots in split
+  // order (deterministic run to run) and finishes the tile, then resets the tile's counter.
+  __shared__ int is_last;
+  const int splits = gridDim.z;
+  uint32_t* slots = static_cast<uint32_t*>(workspace);
+  uint32_t* slot = slots + int64_t(blockIdx.z) * m * n;
+  // 16-byte partial accesses when every row of the workspace starts 16-byte aligned.
+  const bool part_vec = n % 4 == 0 && col_ok;
+  for (int r = cwarp; r < BM && m0 + r < m; r += 8) {
+    const int64_t base = int64_t(m0 + r) * n + col;
+    const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * kOutPitch + 4 * lane);
+    if (part_vec) {
+      *reinterpret_cast<uint4*>(slot + base) = t;
+    } else {
+      const uint32_t v[4] = {t.x, t.y, t.z, t.w};
+      for (int e = 0; e < 4 && col + e < n; ++e) slot[base + e] = v[e];
+    }
+  }
+  __threadfence();  // partials visible device-wide before the counter says so
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  if (tid == 128) is_last = atomicAdd(&counters[tile_id], 1) == splits - 1;
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  if (!is_last) return;
+  __threadfence();
+  // Every split's loads are issued before any is summed, so a row costs one round trip to L2
+  // rather than one per split.
+  constexpr int kMaxSplits = 16;  // the sm90 planners never make more
+  for (int r = cwarp; r < BM && m0 + r < m; r += 8) {
+    if (!col_ok) continue;
+    const int64_t base = int64_t(m0 + r) * n + col;
+    uint4 part[kMaxSplits];
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) {
+      if (sp >= splits) break;
+      const uint32_t* src = slots + int64_t(sp) * m * n + base;
+      if (part_vec) {
+        part[sp] = __ldcg(reinterpret_cast<const uint4*>(src));
+      } else {
+        part[sp].x = __ldcg(src);
+        part[sp].y = col + 1 < n ? __ldcg(src + 1) : 0u;
+        part[sp].z = col + 2 < n ? __ldcg(src + 2) : 0u;
+        part[sp].w = col + 3 < n ? __ldcg(src + 3) : 0u;
+      }
+    }
+    uint32_t sum[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int sp = 0; sp < kMaxSplits; ++sp) {
+      if (sp >= splits) break;
+      const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kFloatSum)
+          sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
+        else
+          sum[e] += v[e];  // int32 sums wrap like the accumulators: exact
+      }
+    }
+    store_row(m0 + r, sum);
+  }
+  if (tid == 128) counters[tile_id] = 0;  // ready for the next launch
+}
+
+}  // namespace nibble::cuda::sm90

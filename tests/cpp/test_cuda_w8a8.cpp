@@ -1,0 +1,249 @@
+// GPU tests of the W8A8 tensor-core GEMMs (sm80_w8a8_gemm, and sm90_w8a8_gemm on Hopper), which
+// read the logical row-major int8 weights directly (no packing), against the CPU reference on
+// the same quantized operands: the w8a8 linear with its fused per-token × per-channel epilogue,
+// and the raw s8 × s8 → s32 GEMM. Every shape runs through each kernel in turn
+// (NIBBLE_W8A8_KERNEL), not only the one dispatch picks for that M.
+#include <gtest/gtest.h>
+
+#if NIBBLE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <cstdlib>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "nibble/nibble.h"
+
+namespace nibble {
+namespace {
+
+// Every tile bucket of both kernels and its edges.
+const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 100, 127, 128, 255, 1000};
+
+std::vector<std::string> w8a8_kernels() {
+  std::vector<std::string> k = {"sm80_w8a8_gemm"};
+  const DeviceInfo info = cuda_device_info(0);
+  if (info.cc_major == 9 && info.cc_minor == 0 &&
+      build_info().cuda_archs.find("90a") != std::string::npos)
+    k.push_back("sm90_w8a8_gemm");
+  return k;
+}
+
+// Forces one W8A8 kernel for the scope (dispatch reads NIBBLE_W8A8_KERNEL per call).
+class ForceKernel {
+ public:
+  explicit ForceKernel(const std::string& name) { setenv("NIBBLE_W8A8_KERNEL", name.c_str(), 1); }
+  ~ForceKernel() { unsetenv("NIBBLE_W8A8_KERNEL"); }
+  ForceKernel(const ForceKernel&) = delete;
+  ForceKernel& operator=(const ForceKernel&) = delete;
+};
+
+Tensor gpu_s32(const Tensor& a, const Tensor& wd, int64_t m, int64_t n) {
+  Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
+  got.fill_bytes(0xCD);  // poison: every element must be written
+  const Tensor ad = a.to(Device::cuda());
+  gemm_s32(ad.view(), wd.view(), got.view());
+  synchronize(Device::cuda());
+  return got;
+}
+
+TEST(CudaW8A8, S32IsBitExactOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;  // fresh seed, printed on failure
+  // K = 48 and 160 end inside a 128-wide K block (zero-filled tail); N = 13 leaves a partial
+  // channel tile and rows of 52 bytes (the unaligned store paths).
+  const std::pair<int64_t, int64_t> nk[] = {{8, 16},    {13, 64},    {72, 160},
+                                            {20, 48},   {264, 4096}, {1000, 544}};
+  for (auto [n, k] : nk) {
+    const Tensor w = test::random_int(DType::s8, n, k, rng);
+    const Tensor wd = w.to(Device::cuda());
+    for (int64_t m : kOddM) {
+      const Tensor a = test::random_int(DType::s8, m, k, rng);
+      Tensor ref = Tensor::empty(DType::s32, {m, n});
+      gemm_s32(a.view(), w.view(), ref.view());
+      for (const std::string& kernel : w8a8_kernels()) {
+        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        const ForceKernel force(kernel);
+        ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+      }
+    }
+  }
+}
+
+TEST(CudaW8A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
+  NIBBLE_REQUIRE_GPU();
+  // The largest multiple of 16 within max_int32_accumulation_k(s8, s8): every product at its
+  // extreme, so the exact sum sits next to the int32 bound.
+  const int64_t k = max_int32_accumulation_k(DType::s8, DType::s8) / 16 * 16;
+  const int64_t m = 3, n = 16;
+  for (auto [a_byte, w_byte] : std::vector<std::pair<uint8_t, uint8_t>>{
+           {0x80, 0x80}, {0x80, 0x7F}, {0x7F, 0x7F}, {0x81, 0x80}}) {
+    SCOPED_TRACE("a byte " + std::to_string(a_byte) + " w byte " + std::to_string(w_byte));
+    Tensor a = Tensor::empty(DType::s8, {m, k}), w = Tensor::empty(DType::s8, {n, k});
+    a.fill_bytes(a_byte);
+    w.fill_bytes(w_byte);
+    Tensor ref = Tensor::empty(DType::s32, {m, n});
+    gemm_s32(a.view(), w.view(), ref.view());
+    const Tensor wd = w.to(Device::cuda());
+    for (const std::string& kernel : w8a8_kernels()) {
+      SCOPED_TRACE(kernel);
+      const ForceKernel force(kernel);
+      EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+    }
+  }
+}
+
+struct LinearCase {
+  const char* format;
+  DType out;
+};
+
+void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.format << "_" << to_string(c.out); }
+
+class CudaW8A8Linear : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(CudaW8A8Linear, MatchesReferenceOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format(GetParam().format);
+  const DType out = GetParam().out;
+  test::Rng rng;  // fresh seed, printed on failure
+  // K = 352 ends inside a K block; N = 20 (bf16 rows of 40 bytes) takes the unaligned stores;
+  // 1000 × 1536 spans several channel tiles.
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
+  for (auto [n, k] : nk) {
+    const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
+    QuantizedWeight qw(f.weight, n, k);
+    quantize_weight(w.view(), qw.view());
+    const QuantizedWeight qwd = qw.to(Device::cuda());
+    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+    const Tensor bias_d = bias.to(Device::cuda());
+    const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+    for (int64_t m : kOddM) {
+      QuantizedActivation qa(f.act, m, k);
+      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
+      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
+      else quantize_activation(x.view(), qa.view());
+      Tensor ref = Tensor::empty(out, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      for (const std::string& kernel : w8a8_kernels()) {
+        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        const ForceKernel force(kernel);
+        Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);  // NaN in every float dtype
+        linear(qad.view(), qwd.view(), &bias_dv, got.view());
+        synchronize(Device::cuda());
+        ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CudaW8A8Linear,
+    ::testing::Values(LinearCase{"w8a8", DType::bf16}, LinearCase{"w8a8", DType::f32},
+                      LinearCase{"w8a8", DType::f16}, LinearCase{"w8a8_static", DType::bf16},
+                      LinearCase{"w8a8_sbf16", DType::f32}, LinearCase{"w8a8_sf16", DType::bf16}),
+    [](const auto& p) { return std::string(p.param.format) + "_" + to_string(p.param.out); });
+
+TEST(CudaW8A8, DispatchPicksTheTensorCoreKernelAndSaysSo) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format("w8a8");
+  for (int64_t m : {1, 16, 64, 4096}) {
+    const std::string why = explain(f, m, 4096, 4096, Device::cuda());
+    SCOPED_TRACE(why);
+    EXPECT_NE(why.find("runs sm80_w8a8_gemm / sm90_w8a8_gemm"), std::string::npos);
+    EXPECT_TRUE(why.find("sm90_w8a8_gemm (wgmma") != std::string::npos ||
+                why.find("sm80_w8a8_gemm int8 weights tile") != std::string::npos);
+  }
+  // K % 16 != 0 cannot use 16-byte copies: the SIMT kernel runs it, with the same results.
+  EXPECT_NE(explain(f, 8, 64, 40, Device::cuda()).find("K % 16 != 0"), std::string::npos);
+}
+
+TEST(CudaW8A8, OddKAndStridedRowsRunTheFallbackWithTheSameResults) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;
+  const int64_t m = 5, n = 24, k = 40;  // K % 16 != 0
+  const LinearFormat f = parse_linear_format("w8a8");
+  QuantizedWeight qw(f.weight, n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedActivation qa(f.act, m, k);
+  quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+  Tensor ref = Tensor::empty(DType::f32, {m, n});
+  linear(qa.view(), qw.view(), nullptr, ref.view());
+  Tensor got = Tensor::empty(DType::f32, {m, n}, Device::cuda());
+  got.fill_bytes(0xFF);
+  linear(qa.to(Device::cuda()).view(), qw.to(Device::cuda()).view(), nullptr, got.view());
+  synchronize(Device::cuda());
+  EXPECT_LE(rel_error(got, ref), kRelTolF32Out);
+}
+
+TEST(CudaW8A8, SplitKIsDeterministic) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;  // fresh seed, printed on failure
+  const int64_t n = 512, k = 8192;  // few tiles, long K: split-K is chosen
+  const LinearFormat f = parse_linear_format("w8a8");
+  QuantizedWeight qw(f.weight, n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  const QuantizedWeight qwd = qw.to(Device::cuda());
+  for (int64_t m : {5, 100}) {
+    QuantizedActivation qa(ActScheme::s8_per_token, m, k);
+    quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+    const QuantizedActivation qad = qa.to(Device::cuda());
+    for (const std::string& kernel : w8a8_kernels()) {
+      SCOPED_TRACE(kernel + " M=" + std::to_string(m));
+      const ForceKernel force(kernel);
+      Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
+      linear(qad.view(), qwd.view(), nullptr, d1.view());
+      for (int i = 0; i < 5; ++i) linear(qad.view(), qwd.view(), nullptr, d2.view());
+      synchronize(Device::cuda());
+      EXPECT_TRUE(same_bytes(d1, d2));
+      EXPECT_NE(explain(f, m, n, k, Device::cuda()).find("split-K"), std::string::npos);
+    }
+  }
+}
+
+#if NIBBLE_WITH_CUDA
+TEST(CudaW8A8, CapturedGraphReplaysTheSameResult) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;
+  const int64_t n = 4096, k = 4096;
+  const LinearFormat f = parse_linear_format("w8a8");
+  QuantizedWeight qw(f.weight, n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  const QuantizedWeight qwd = qw.to(Device::cuda());
+  for (int64_t m : {1, 256}) {  // split-K on the sm80 kernel; the wgmma kernel on Hopper
+    SCOPED_TRACE("M=" + std::to_string(m));
+    QuantizedActivation qa(f.act, m, k);
+    quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+    const QuantizedActivation qad = qa.to(Device::cuda());
+    Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    linear(qad.view(), qwd.view(), nullptr, eager.view(), stream);  // warm-up: workspace
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    replay.fill_bytes(0xFF);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    linear(qad.view(), qwd.view(), nullptr, replay.view(), stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(same_bytes(replay, eager));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace nibble
