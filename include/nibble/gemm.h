@@ -53,6 +53,13 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 /// kernel: the integer weight enters exactly and per-channel scales multiply the f32 sum;
 /// group-wise, each weight is dequantized and rounded once to x's type (relative error ≤ 2⁻⁹
 /// for bf16, 2⁻¹² for f16), products and sums f32. On the CPU (x f32/f16/bf16) the reference.
+/// With W4A8 weights (layout w4_mma_k128) the activations are first quantized per token to
+/// int8 (dynamic, the same codes and scales as quantize_activation), so the result equals
+/// quantize_activation + the quantized-activation overload (bit for bit when the same kernel
+/// runs both; the f32 epilogue's rounding may differ between kernels); on CUDA, for M ≤ 16 the
+/// quantization runs inside the GEMM — one launch — and for larger M it runs as a separate
+/// kernel into a per-stream workspace (allocated on the first call: capture CUDA graphs after a
+/// warm-up call).
 void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
 

@@ -94,6 +94,19 @@ void check_mma_k(const ArgCheck& check, const PackedWeightView& w) {
                                             std::to_string(w.k));
 }
 
+// The int32 span (K, or the group size for f32 group scales) of a W4A8 call must not overflow.
+void check_w4a8_k_limit(const ArgCheck& check, const PackedWeightView& w) {
+  const bool whole_k = w.format.per_channel() || w.format.scheme == WeightScheme::s4_two_level;
+  const DType w_int = w.format.scheme == WeightScheme::s4_two_level ? DType::s8 : DType::s4;
+  const int64_t span = whole_k ? w.k : w.format.group_size;
+  const int64_t limit = max_int32_accumulation_k(DType::s8, w_int);
+  check.condition(span <= limit, "k",
+                  std::string(whole_k ? "K" : "the group size") + " must be at most " +
+                      std::to_string(limit) + " so that the int32 accumulator cannot overflow, got " +
+                      std::to_string(span),
+                  ErrorCode::out_of_range);
+}
+
 void check_cuda_alignment(const ArgCheck& check, const TensorView& a, const char* arg) {
   check.aligned(a, arg, 16);
   const int64_t pitch = a.stride(0) * dtype_bits(a.dtype) / 8;
@@ -118,15 +131,7 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
                   "must have K = " + std::to_string(w.k) + " columns like the weights, got " +
                       std::to_string(a.q.size(1)));
   check_output(check, bias, d, m, w.n, device);
-  const bool whole_k = w.format.per_channel() || w.format.scheme == WeightScheme::s4_two_level;
-  const DType w_int = w.format.scheme == WeightScheme::s4_two_level ? DType::s8 : DType::s4;
-  const int64_t span = whole_k ? w.k : w.format.group_size;
-  const int64_t limit = max_int32_accumulation_k(DType::s8, w_int);
-  check.condition(span <= limit, "k",
-                  std::string(whole_k ? "K" : "the group size") + " must be at most " +
-                      std::to_string(limit) + " so that the int32 accumulator cannot overflow, got " +
-                      std::to_string(span),
-                  ErrorCode::out_of_range);
+  check_w4a8_k_limit(check, w);
   detail::check_backend(check, device);
   if (device.type == DeviceType::cpu) {
     const QuantizedWeight logical = unpack_weight(w);
@@ -146,17 +151,28 @@ void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bi
   check.tensor(x, "x", 2);
   const Device device = x.device;
   check_packed(check, w, device, true,
-               {WeightLayout::w4_mma16_k128, WeightLayout::w8_mma16_k128});
+               {WeightLayout::w4_mma16_k128, WeightLayout::w8_mma16_k128,
+                WeightLayout::w4_mma_k128});
   check.condition(x.size(1) == w.k, "x",
                   "must have K = " + std::to_string(w.k) + " columns like the weights, got " +
                       std::to_string(x.size(1)));
   check.rows_packed(x, "x");
   check_output(check, bias, d, x.size(0), w.n, device);
+  // W4A8 weights with float activations: per-token dynamic int8 quantization first (fused into
+  // the GEMM on the GPU for small M), so the result equals quantize_activation + linear.
+  const bool quantizing = w.layout == WeightLayout::w4_mma_k128;
+  if (quantizing) {
+    check_mma_k(check, w);
+    check_w4a8_k_limit(check, w);
+  }
   detail::check_backend(check, device);
   if (device.type == DeviceType::cpu) {
     check.dtype(x, "x", {DType::f32, DType::f16, DType::bf16});
     const QuantizedWeight logical = unpack_weight(w);
-    return cpu::linear(x, logical.view(), bias, d);
+    if (!quantizing) return cpu::linear(x, logical.view(), bias, d);
+    QuantizedActivation a(ActScheme::s8_per_token, x.size(0), x.size(1));
+    quantize_activation(x, a.view());
+    return cpu::linear(a.view(), logical.view(), bias, d);
   }
   // The tensor cores take the activations as they are: 16-bit floats, 16-byte rows.
   check.dtype(x, "x", {DType::bf16, DType::f16});

@@ -12,6 +12,7 @@
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/launch/sm90_weight_only_gemm.h"
+#include "cuda/launch/split_k_workspace.h"
 #include "nibble/device.h"
 
 namespace nibble::cuda {
@@ -140,10 +141,58 @@ sm80::WeightOnlyDequant dequant_of(const WeightFormat& w) {
 }
 }  // namespace
 
+namespace {
+// W4A8 packed weights with 16-bit float activations: quantized per token inside the GEMM for
+// M ≤ kFusedQuantMaxTokens (one launch: the decode path), else by quantize_activation into the
+// stream's activation workspace, followed by the int8-activation kernels.
+void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
+                                 const TensorView* bias, const TensorView& d, Stream stream) {
+  const int64_t m = x.size(0), k = x.size(1);
+  if (m <= kFusedQuantMaxTokens) {
+    W4A8Launch l;
+    l.device = x.device.index;
+    l.m = m;
+    l.n = w.n;
+    l.k = w.k;
+    l.n_pad = w.n_pad;
+    l.k_pad = w.k_pad;
+    l.x = x.data;
+    l.ldx = x.stride(0);
+    l.x_dtype = x.dtype;
+    l.w = w.q.data;
+    l.w_scales = static_cast<const float*>(w.scales.data);
+    l.w_params = w.group_params.data;
+    l.group = w.format.group_size;
+    l.epilogue = epilogue_of(w.format);
+    l.d = d.data;
+    l.ldd = d.stride(0);
+    l.d_dtype = d.dtype;
+    if (bias != nullptr) {
+      l.bias = bias->data;
+      l.bias_dtype = bias->dtype;
+    }
+    return launch_sm80_w4a8(l, stream);
+  }
+  // q (M, K) s8 rows padded to 16 bytes, then the M f32 scales.
+  const int64_t ldq = (k + 15) / 16 * 16;
+  const size_t q_bytes = size_t(m) * size_t(ldq);
+  auto* base = static_cast<uint8_t*>(
+      activation_workspace(x.device.index, stream, q_bytes + size_t(m) * sizeof(float)));
+  QuantizedActivationView a;
+  a.scheme = ActScheme::s8_per_token;
+  a.q = TensorView::contiguous(base, DType::s8, {m, k}, x.device);
+  a.q.strides[0] = ldq;
+  a.scales = TensorView::contiguous(base + q_bytes, DType::f32, {m}, x.device);
+  cuda::quantize_activation(x, a, ActQuantFusion{}, stream);
+  linear_packed(a, w, bias, d, stream);
+}
+}  // namespace
+
 void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
                    const TensorView& d, Stream stream) {
   detail::DeviceGuard guard(x.device.index);
   require_sm80(x.device.index);
+  if (w.layout == WeightLayout::w4_mma_k128) return linear_packed_w4a8_float_in(x, w, bias, d, stream);
   WeightOnlyLaunch l;
   l.device = x.device.index;
   l.x_dtype = x.dtype;
@@ -202,9 +251,15 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
            " on " + std::to_string(info.sm_count) + " SMs";
   }
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
-  return s + packed +
-         describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
-                           format.weight.group_size, 4);
+  s += packed + describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
+                                  format.weight.group_size, 4);
+  if (format.act != ActScheme::s8_per_token) return s;
+  return s + "; with bf16/f16 activations (linear(x, packed)) " +
+         (m <= kFusedQuantMaxTokens
+              ? std::string("the per-token quantization is fused into sm80_w4a8_gemm's 16-row "
+                            "tile (one launch)")
+              : std::string("act_quant quantizes them first (M > ") +
+                    std::to_string(kFusedQuantMaxTokens) + ")");
 }
 
 }  // namespace nibble::cuda

@@ -4,6 +4,10 @@
 // picks for that M.
 #include <gtest/gtest.h>
 
+#if NIBBLE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <cstdlib>
 #include <ostream>
 #include <string>
@@ -175,6 +179,89 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& p) {
       return std::string(p.param.format) + "_" + to_string(p.param.out);
     });
+
+// Float activations with W4A8 weights: quantized per token inside the GEMM for M <= 16 (one
+// launch), by the activation kernel otherwise. Either way the int8 codes and scales are those of
+// quantize_activation, so with the same kernel (sm80_w4a8_gemm forced) the output bytes equal
+// quantize_activation + linear; with the dispatcher's choice, the CPU reference's tolerance.
+TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format(GetParam().format);
+  if (f.act != ActScheme::s8_per_token) GTEST_SKIP() << "float-in W4A8 is dynamic per token";
+  const DType out = GetParam().out;
+  test::Rng rng;  // fresh seed, printed on failure
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {20, 256}, {1000, 1536}};
+  for (auto [n, k] : nk) {
+    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+    QuantizedWeight qw(f.weight, n, k);
+    quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+    const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
+    const Tensor bias_d = test::random_normal(DType::bf16, 1, n, rng).to(Device::cuda());
+    const TensorView bias_dv = test::as_vector(bias_d);
+    for (int64_t m : {1, 2, 3, 7, 15, 16, 17, 64, 100}) {
+      for (DType xt : {DType::bf16, DType::f16}) {
+        SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" +
+                     std::to_string(k) + " x " + to_string(xt));
+        const Tensor x = test::random_activations(xt, m, k, rng);
+        QuantizedActivation qa(ActScheme::s8_per_token, m, k);
+        quantize_activation(x.view(), qa.view());
+        Tensor ref = Tensor::empty(out, {m, n});
+        linear(qa.view(), qw.view(), nullptr, ref.view());
+        const Tensor xd = x.to(Device::cuda());
+        const QuantizedActivation qad = qa.to(Device::cuda());
+        Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);  // NaN in every float dtype
+        linear(xd.view(), wd.view(), nullptr, got.view());
+        synchronize(Device::cuda());
+        ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+        const ForceKernel force("sm80_w4a8_gemm");
+        Tensor fused = Tensor::empty(out, {m, n}, Device::cuda());
+        Tensor split = Tensor::empty(out, {m, n}, Device::cuda());
+        fused.fill_bytes(0xFF);
+        split.fill_bytes(0xFF);
+        linear(xd.view(), wd.view(), &bias_dv, fused.view());
+        linear(qad.view(), wd.view(), &bias_dv, split.view());
+        synchronize(Device::cuda());
+        ASSERT_TRUE(same_bytes(fused, split));
+      }
+    }
+  }
+}
+
+#if NIBBLE_WITH_CUDA
+TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
+  NIBBLE_REQUIRE_GPU();
+  // The decode step's linear: bf16 in, bf16 out, one launch, inside a captured graph.
+  test::Rng rng;
+  const int64_t m = 1, n = 4096, k = 4096;
+  QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
+  const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
+  Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+  Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  linear(xd.view(), wd.view(), nullptr, eager.view(), stream);  // warm-up: workspace
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  replay.fill_bytes(0xFF);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  linear(xd.view(), wd.view(), nullptr, replay.view(), stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 1u);  // one kernel: the quantization is inside the GEMM
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(same_bytes(replay, eager));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+#endif
 
 TEST(CudaW4A8, RejectsMisalignedActivationsBeforeLaunch) {
   NIBBLE_REQUIRE_GPU();

@@ -205,18 +205,44 @@ TEST(LayoutMma16, PackedLayoutOfEachFormat) {
 }
 
 TEST(LayoutMma16, LinearRejectsAWeightPackedForTheOtherKernels) {
+  // Quantized activations with a weight packed for the weight-only kernels.
   test::Rng rng;
-  QuantizedWeight qw(parse_weight_format("w4_g128"), 16, 128);
+  const LinearFormat f = parse_linear_format("w4a16_g128");
+  QuantizedWeight qw(f.weight, 16, 128);
   quantize_weight(test::random_normal(DType::f32, 16, 128, rng).view(), qw.view());
-  const PackedWeight w4a8 = pack_weight(qw.view());  // layout w4_mma_k128
-  const Tensor x = test::random_activations(DType::bf16, 2, 128, rng);
+  const PackedWeight w16 = pack_weight(qw.view(), packed_layout(f));  // layout w4_mma16_k128
+  QuantizedActivation qa(ActScheme::s8_per_token, 2, 128);
+  quantize_activation(test::random_activations(DType::bf16, 2, 128, rng).view(), qa.view());
   Tensor d = Tensor::empty(DType::f32, {2, 16});
   try {
-    linear(x.view(), w4a8.view(), nullptr, d.view());
+    linear(qa.view(), w16.view(), nullptr, d.view());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("w4_mma16_k128"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("w4_mma_k128"), std::string::npos) << e.what();
+  }
+}
+
+// Float activations with W4A8 weights are quantized per token first: the same result as
+// quantize_activation followed by the quantized-activation linear.
+TEST_P(LayoutPackFormat, FloatActivationsAreQuantizedPerTokenFirst) {
+  const LinearFormat f = parse_linear_format(GetParam());
+  if (f.act != ActScheme::s8_per_token) GTEST_SKIP() << "float-in W4A8 is dynamic per token";
+  test::Rng rng;  // fresh seed, printed on failure
+  const int64_t m = 7, n = 21, k = f.weight.group_size == 128 ? 640 : 352;
+  QuantizedWeight qw(f.weight, n, k);
+  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.05).view(), qw.view());
+  const PackedWeight packed = pack_weight(qw.view());
+  for (DType xt : {DType::bf16, DType::f16, DType::f32}) {
+    SCOPED_TRACE(to_string(xt));
+    const Tensor x = test::random_activations(xt, m, k, rng);
+    QuantizedActivation qa(ActScheme::s8_per_token, m, k);
+    quantize_activation(x.view(), qa.view());
+    Tensor ref = Tensor::empty(DType::bf16, {m, n}), got = Tensor::empty(DType::bf16, {m, n});
+    linear(qa.view(), packed.view(), nullptr, ref.view());
+    got.fill_bytes(0xFF);
+    linear(x.view(), packed.view(), nullptr, got.view());
+    EXPECT_TRUE(same_bytes(got, ref));
   }
 }
 

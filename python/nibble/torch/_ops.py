@@ -126,7 +126,9 @@ def linear_packed(x: Tensor, q: Tensor, scales: Tensor, group_params: Optional[T
     w = (layout, 1, lf.weight.name, True, n, k, n_pad, k_pad, arg(q, "u8"),
          arg(scales, "f32"), arg(group_params, "u8"), arg(zeros, "f32"))
     out = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
-    if lf.weight_only:
+    if lf.weight_only or (layout == "w4_mma_k128" and lf.act == "s8_per_token"):
+        # weight-only: x used as it is; W4A8 dynamic: x quantized per token inside the C++ call
+        # (inside the GEMM on CUDA for M <= 16: one launch per linear in decode)
         _C.linear_packed_a16(arg(x), w, arg(bias), out, s)
     else:
         a, _, _ = _quantize(x, lf.act, act_scale, s)

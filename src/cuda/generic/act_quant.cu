@@ -55,6 +55,7 @@
 #include "common/cuda_runtime_check.h"
 #include "common/rounded_math.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/token_quant.cuh"
 #include "cuda/generic/act_quant.h"
 
 namespace nibble::cuda {
@@ -151,26 +152,6 @@ __device__ __forceinline__ void store(U* p, const Pack<U, V>& pk, int n, bool ve
 }
 
 // ---- quantization of one value --------------------------------------------------------------
-
-// e with 2^(e−1) ≤ a < 2^e for finite a > 0 (std::frexp's exponent), from the bits.
-__device__ __forceinline__ int frexp_exponent(float a) {
-  const uint32_t bits = __float_as_uint(a) & 0x7FFFFFFFu;
-  const int biased = static_cast<int>(bits >> 23);
-  return biased != 0 ? biased - 126 : (32 - __clz(static_cast<int>(bits))) - 149;
-}
-// 2^n as a double, for |n| ≤ 1022.
-__device__ __forceinline__ double pow2_f64(int n) {
-  return __longlong_as_double(static_cast<long long>(n + 1023) << 52);
-}
-// 2^n as a float, for −149 ≤ n ≤ 127.
-__device__ __forceinline__ float pow2_f32(int n) {
-  return n >= -126 ? __uint_as_float(static_cast<uint32_t>(n + 127) << 23)
-                   : __uint_as_float(1u << (n + 149));
-}
-
-// |v| as ordered bits: for non-negative floats the integer order is the float order, and a NaN
-// (0x7FC00000 and above) is larger than +inf, so it survives the max (fmaxf would drop it).
-__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
 // ---- row reductions ---------------------------------------------------------------------------
 
@@ -352,7 +333,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     amax = row_reduce(amax, MaxOp{}, red_max, tpr);
     // amax / qmax, correctly rounded: f32(f64(amax) · RN64(1 / qmax)) equals it for every
     // non-negative f32 amax and qmax 7, 127, 448 (checked exhaustively, common/rounded_math.h).
-    scale = __double2float_rn(__dmul_rn(double(__uint_as_float(amax)), plan.inv_qmax));
+    scale = token_scale(amax, plan.inv_qmax);
     if (row.live && row.lane == 0) p.scales[m] = scale;
   } else {
     if (m == 0 && row.lane == 0) p.scales[0] = scale;
@@ -365,15 +346,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   // a v whose quotient is below 2^-124 and quantizes to 0 (or ±0) either way, sign kept. A
   // dynamic quotient is at most qmax; a static one can be anything, so v is first clamped to
   // ±256 · scale, past which the result saturates to ±127 anyway.
-  const int scale_exp = scale > 0.0f && scale < INFINITY ? frexp_exponent(scale) : 0;
-  const float pow2 = pow2_f32(min(1 - scale_exp, 127));
-  const float s_unit = __fmul_rn(scale, pow2);
-  const float s_inv = detail::divide_rn(1.0f, s_unit, detail::reciprocal_seed(s_unit));
-  const float v_max = kStatic ? __fmul_rn(256.0f, s_unit) : INFINITY;
+  const TokenDivider div = TokenDivider::make(scale);
+  const float v_max = kStatic ? __fmul_rn(256.0f, div.s_unit) : INFINITY;
   const auto divide = [&](float v) {
-    float vs = __fmul_rn(v, pow2);
+    float vs = __fmul_rn(v, div.pow2);
     if constexpr (kStatic) vs = fminf(fmaxf(vs, -v_max), v_max);
-    return detail::divide_by_reciprocal(vs, s_unit, s_inv);
+    return div.divide_scaled(vs);
   };
   // clamp(rne(v / s), ±qmax); a dynamic quotient never exceeds qmax, so only static clamps.
   const auto quantize_int = [&](float v) {

@@ -12,7 +12,7 @@
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/split_k_workspace.h"
-#include "cuda/sm80/sm80_w4a8_gemm.cuh"
+#include "cuda/launch/sm80_w4a8_instances.cuh"
 #include "nibble/device.h"
 #include "nibble/formats.h"
 
@@ -23,77 +23,11 @@ using sm80::W4A8GemmParams;
 
 namespace {
 
-// Tile shapes, by M bucket. Small M is a weight stream: a thin tile, a deep pipeline and
-// split-K to put every SM to work; warps split N only, so no two warps convert the same
-// weights. Large M is compute: 128×128 tiles of 64×32 warp tiles; per channel at
-// 2 CTAs/SM (127 registers), the f32 group epilogue (a second accumulator set) and the
-// two-level conversion (per-column group parameters) at 1 CTA/SM to stay spill-free.
-enum class Tile : int { m16, m32, m64, m128 };
-using sm80::W4Decode;
+using namespace sm80_w4a8;  // Tile, Instance, Instance8, launch templates
 
 struct TileInfo {
   int bm, bn, warps, stages;
 };
-
-template <Tile T, W4A8Epilogue E, int G, W4Decode D>
-struct Instance;
-template <W4A8Epilogue E, int G, W4Decode D>
-struct Instance<Tile::m16, E, G, D> {
-  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, G, 1, D>;
-};
-template <W4A8Epilogue E, int G, W4Decode D>
-struct Instance<Tile::m32, E, G, D> {
-  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, G, 1, D>;
-};
-// The f32 group epilogue with 32-wide groups rescales after every k32 step; its 64-accumulator
-// warp tiles would spill, so it uses 32×32 warp tiles (8 warps) at M > 32.
-template <W4A8Epilogue E, int G, W4Decode D>
-struct Instance<Tile::m64, E, G, D> {
-  using Cfg = std::conditional_t<E == W4A8Epilogue::group,
-                                 sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G, 1, D>,
-                                 sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, G, 1, D>>;
-};
-template <W4A8Epilogue E, int G, W4Decode D>
-struct Instance<Tile::m128, E, G, D> {
-  using Cfg = std::conditional_t<
-      E == W4A8Epilogue::group && G == 32, sm80::W4A8GemmConfig<64, 128, 2, 4, 4, E, G, 1, D>,
-      std::conditional_t<E == W4A8Epilogue::group || E == W4A8Epilogue::two_level,
-                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 1, D>,
-                         sm80::W4A8GemmConfig<128, 128, 2, 4, 4, E, G, 2, D>>>;
-};
-
-// 8-bit weights (W8A8): a W tile is twice the bytes of an int4 one, so the stage counts drop to
-// keep shared memory near 100 KB per CTA (two CTAs per SM on sm_80 and sm_90); only the
-// per-channel and s32 epilogues exist. The M = 128 tile keeps 2 CTAs/SM with 3 stages.
-template <Tile T, W4A8Epilogue E>
-struct Instance8;
-template <W4A8Epilogue E>
-struct Instance8<Tile::m16, E> {
-  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, 0, 1, W4Decode::offset_xor, 8>;
-};
-template <W4A8Epilogue E>
-struct Instance8<Tile::m32, E> {
-  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, 0, 1, W4Decode::offset_xor, 8>;
-};
-template <W4A8Epilogue E>
-struct Instance8<Tile::m64, E> {
-  using Cfg = sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, 0, 1, W4Decode::offset_xor, 8>;
-};
-template <W4A8Epilogue E>
-struct Instance8<Tile::m128, E> {
-  using Cfg = sm80::W4A8GemmConfig<128, 128, 2, 4, 3, E, 0, 2, W4Decode::offset_xor, 8>;
-};
-
-// The decoding each (tile, epilogue) is instantiated with. high_nibble saves ALU work where
-// the tile is thin (M ≤ 32: one m16 tile per warp, so every converted B fragment feeds one or
-// two MMAs); on the large tiles it measured no faster (2026-11-23, H100) and its extra live
-// registers make the 2-CTA/SM per-channel tile spill, so those keep offset_xor. Two-level
-// weights always need offset_xor; per channel and s32 also fall back to it when K exceeds the
-// high_nibble bound (decided at run time).
-constexpr bool thin(Tile t) { return t == Tile::m16 || t == Tile::m32; }
-constexpr W4Decode grouped_decode(Tile t, W4A8Epilogue e) {
-  return e == W4A8Epilogue::two_level || !thin(t) ? W4Decode::offset_xor : W4Decode::high_nibble;
-}
 
 template <Tile T, W4A8Epilogue E, int G, W4Decode D>
 TileInfo tile_info() {
@@ -142,64 +76,6 @@ TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group, int weight_bit
     case Tile::m128: return tile_info<Tile::m128>(e, d, group);
   }
   return {};
-}
-
-template <class Cfg>
-void launch_config(const W4A8GemmParams& p, dim3 grid, Stream stream) {
-  constexpr auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
-  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  NIBBLE_CUDA_CHECK_LAUNCH();
-}
-
-template <Tile T, W4A8Epilogue E, int G, W4Decode D>
-void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
-  launch_config<typename Instance<T, E, G, D>::Cfg>(p, grid, stream);
-}
-
-template <Tile T>
-void launch_tile8(const W4A8GemmParams& p, W4A8Epilogue e, dim3 grid, Stream stream) {
-  if (e == W4A8Epilogue::s32)
-    return launch_config<typename Instance8<T, W4A8Epilogue::s32>::Cfg>(p, grid, stream);
-  if (e == W4A8Epilogue::per_channel)
-    return launch_config<typename Instance8<T, W4A8Epilogue::per_channel>::Cfg>(p, grid, stream);
-  nibble::detail::fail(ErrorCode::internal,
-                       "sm80_w8a8_gemm: int8 weights have per-channel or s32 epilogues only");
-}
-
-template <Tile T, W4A8Epilogue E>
-void launch_grouped(const W4A8GemmParams& p, int group, dim3 grid, Stream stream) {
-  constexpr W4Decode D = grouped_decode(T, E);
-  switch (group) {
-    case 32: return launch_instance<T, E, 32, D>(p, grid, stream);
-    case 64: return launch_instance<T, E, 64, D>(p, grid, stream);
-    case 128: return launch_instance<T, E, 128, D>(p, grid, stream);
-    case 256: return launch_instance<T, E, 256, D>(p, grid, stream);
-  }
-  nibble::detail::fail(ErrorCode::internal, "sm80_w4a8_gemm: no instance for group " +
-                                                std::to_string(group));
-}
-
-template <Tile T, W4A8Epilogue E>
-void launch_whole_k(const W4A8GemmParams& p, W4Decode decode, dim3 grid, Stream stream) {
-  if constexpr (thin(T)) {
-    if (decode == W4Decode::high_nibble)
-      return launch_instance<T, E, 0, W4Decode::high_nibble>(p, grid, stream);
-  }
-  launch_instance<T, E, 0, W4Decode::offset_xor>(p, grid, stream);
-}
-
-template <Tile T>
-void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group, dim3 grid,
-                 Stream stream) {
-  switch (e) {
-    case W4A8Epilogue::s32: return launch_whole_k<T, W4A8Epilogue::s32>(p, decode, grid, stream);
-    case W4A8Epilogue::per_channel:
-      return launch_whole_k<T, W4A8Epilogue::per_channel>(p, decode, grid, stream);
-    case W4A8Epilogue::group: return launch_grouped<T, W4A8Epilogue::group>(p, group, grid, stream);
-    case W4A8Epilogue::two_level:
-      return launch_grouped<T, W4A8Epilogue::two_level>(p, group, grid, stream);
-  }
 }
 
 }  // namespace
@@ -279,6 +155,8 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks_per_split = plan.kblocks_per_split;
   p.ldw = l.ldw;
   p.w_scale_dtype = l.w_scale_dtype;
+  p.x = l.x;
+  p.ldx = l.ldx;
   if (plan.splits > 1) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                   size_t(plan.tiles_m) * plan.tiles_n);
@@ -287,6 +165,12 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   }
   const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
   const W4A8Epilogue e = l.epilogue;
+  if (l.x != nullptr) {
+    if (static_cast<Tile>(plan.tile) != Tile::m16)
+      nibble::detail::fail(ErrorCode::internal,
+                           "sm80_w4a8_gemm: fused activation quantization runs M <= 16 only");
+    return launch_fused(p, l.x_dtype, e, plan.decode, l.group, grid, stream);
+  }
   if (l.weight_bits == 8) {
     switch (static_cast<Tile>(plan.tile)) {
       case Tile::m16: return launch_tile8<Tile::m16>(p, e, grid, stream);

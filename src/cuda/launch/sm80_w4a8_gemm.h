@@ -31,6 +31,11 @@ struct W4A8Launch {
   int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;
   const void* a = nullptr;
   int64_t lda = 0;  ///< bytes
+  /// Fused quantization (M <= 16, weight_bits 4, not s32): x (M, K) bf16 / f16 instead of a and
+  /// a_scales, quantized per token inside the kernel exactly as quantize_activation does.
+  const void* x = nullptr;
+  int64_t ldx = 0;  ///< elements
+  DType x_dtype = DType::bf16;
   const float* a_scales = nullptr;
   bool a_per_tensor = false;
   const void* w = nullptr;
@@ -57,5 +62,8 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
 std::string describe(const W4A8Plan& plan);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);
+
+/// Largest M the fused-quantization path (W4A8Launch::x) takes: the thin m16 tile.
+constexpr int64_t kFusedQuantMaxTokens = 16;
 
 }  // namespace nibble::cuda

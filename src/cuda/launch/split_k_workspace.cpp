@@ -41,4 +41,18 @@ SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_byte
   return {ws.partials, ws.counters};
 }
 
+void* activation_workspace(int device, Stream stream, size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> all;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& [ptr, size] = all[{device, stream}];
+  if (size < bytes) {
+    if (ptr != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ptr));
+    ptr = nullptr;
+    NIBBLE_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    size = bytes;
+  }
+  return ptr;
+}
+
 }  // namespace nibble::cuda

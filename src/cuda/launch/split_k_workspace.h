@@ -1,5 +1,5 @@
-// Workspace of the split-K GEMM kernels (sm80_w4a8_gemm, sm90_w4a8_gemm): 4-byte partial tiles
-// and one arrival counter per output tile.
+// Workspaces of the GEMM kernels: split-K partial tiles (4-byte values) with one arrival counter
+// per output tile, and quantized activations.
 #pragma once
 
 #include <cstddef>
@@ -19,5 +19,10 @@ struct SplitKWorkspace {
 /// given size, so capture CUDA graphs after a warm-up call.
 SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_bytes,
                                   size_t counters);
+
+/// A second grow-only buffer per (device, stream), for activations quantized on the way into a
+/// kernel that takes int8 (float-in W4A8 calls above the fused-quantization M). The same rules:
+/// allocated on the first call with a given size, so capture CUDA graphs after a warm-up call.
+void* activation_workspace(int device, Stream stream, size_t bytes);
 
 }  // namespace nibble::cuda

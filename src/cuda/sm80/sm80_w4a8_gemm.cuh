@@ -47,6 +47,18 @@
 //   3. Epilogue stores are 2-element vectors straight from the accumulator fragments.
 //   4. Split-K partials go through a workspace of splits·M·N·4 bytes plus one counter per tile.
 //   5. 8-bit weights: per-channel and s32 epilogues only (w8_pc is the only int8 weight format).
+//
+// Fused activation quantization (X = bf16 or f16; the decode path, one launch per linear)
+//   The activations come in as x (M, K) 16-bit floats, pitch `ldx` elements, and are quantized
+//   per token inside the kernel exactly as quantize_activation does (cuda/common/token_quant.cuh:
+//   the same codes and scales, so the result equals quantize + linear bit for bit):
+//   - prologue, while the first weight stages stream in: each warp takes whole rows of the tile
+//     and reduces max |x| over the full K (not only the CTA's split), giving the row's scale;
+//   - per K block: the stage holds the bf16 x tile (BM × 256 bytes, cp.async like A); after the
+//     stage barrier the threads quantize it into one int8 A tile (swizzled as above) and a
+//     second barrier publishes it to the ldmatrix reads;
+//   - the epilogue takes s_a from shared memory.
+//   Every CTA of a split-K tile re-reads the full rows for the scale: BM·K·2 bytes from L2.
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
 #pragma once
 
@@ -61,6 +73,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/common/split_k.cuh"
+#include "cuda/common/token_quant.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
 
@@ -85,11 +98,21 @@ struct W4A8GemmParams {
   int* counters = nullptr;        // one per output tile, zero between calls
   int64_t ldw = 0;                // WBITS 8: bytes between weight rows
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
+  const void* x = nullptr;        // fused quantization: (M, K) bf16 / f16 activations
+  int64_t ldx = 0;                // elements
 };
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
-          int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor, int WBITS_ = 4>
+          int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor, int WBITS_ = 4,
+          class X_ = int8_t>
 struct W4A8GemmConfig {
+  /// The activations' type in global memory: int8 (quantized by the caller), or bf16 / f16
+  /// quantized per token inside the kernel (fused quantization).
+  using X = X_;
+  static constexpr bool kFusedQuant = !std::is_same_v<X_, int8_t>;
+  static_assert(!kFusedQuant || std::is_same_v<X_, __nv_bfloat16> || std::is_same_v<X_, __half>,
+                "fused quantization reads bf16 or f16 activations");
+  static_assert(!kFusedQuant || EPI_ != W4A8Epilogue::s32, "the s32 mode takes int8 activations");
   static constexpr W4Decode DECODE = DECODE_;
   /// Weight bits: 4 (packed w4_mma_k128) or 8 (row-major s8, loaded like A).
   static constexpr int WBITS = WBITS_;
@@ -119,8 +142,13 @@ struct W4A8GemmConfig {
   static constexpr int kWBytes = BN * kBK * WBITS / 8;
   static constexpr int kScaleBytes = EPI == W4A8Epilogue::group ? kGroupRows * BN * 4 : 0;
   static constexpr int kParamBytes = EPI == W4A8Epilogue::two_level ? kGroupRows * BN * 2 : 0;
-  static constexpr int kStageBytes = kABytes + kWBytes + kScaleBytes + kParamBytes;
-  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  // A stage holds the int8 A tile, or with fused quantization the 16-bit x tile it is made from
+  // (the int8 tile and the rows' scales then live once, after the ring).
+  static constexpr int kXStageBytes = kFusedQuant ? 2 * kABytes : kABytes;
+  static constexpr int kStageBytes = kXStageBytes + kWBytes + kScaleBytes + kParamBytes;
+  static constexpr int kRowQuantBytes = kFusedQuant ? BM * 16 : 0;  // scale, pow2, s_unit, s_inv
+  static constexpr int kSmemBytes =
+      STAGES * kStageBytes + (kFusedQuant ? kABytes + kRowQuantBytes : 0);
 
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
   static_assert(!kW8 || NT % 2 == 0, "int8 weight fragments come two n8 tiles per ldmatrix.x4");
@@ -135,9 +163,8 @@ namespace detail {
 /// two-level, s_a · Σ_g per group (that sum is accumulated with FMA, so it differs from the
 /// reference's separate multiply and add by rounding only), then the bias.
 template <W4A8Epilogue EPI, bool kAnyScaleDtype = false>
-__device__ __forceinline__ float finish(const W4A8GemmParams& p, int row, int col, int32_t acc,
+__device__ __forceinline__ float finish(const W4A8GemmParams& p, float s_a, int col, int32_t acc,
                                         float facc) {
-  const float s_a = p.a_scales[row * p.a_scale_step];
   float s_w = 0.0f;
   if constexpr (EPI != W4A8Epilogue::group) {
     if constexpr (kAnyScaleDtype) s_w = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col, 0);
@@ -169,18 +196,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int num_kb = kb_end - kb_begin;
   const uint64_t weight_policy = ptx::evict_first_policy();
 
+  // Fused quantization: the int8 A tile and the rows' quantizers, after the ring.
+  [[maybe_unused]] uint8_t* const a_fused = smem + STAGES * Cfg::kStageBytes;
+  [[maybe_unused]] float* const row_quant = reinterpret_cast<float*>(a_fused + Cfg::kABytes);
+  using X = typename Cfg::X;
+
   // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
   auto load_stage = [&](int stage, int kb) {
     uint8_t* base = smem + stage * Cfg::kStageBytes;
     uint8_t* a_sh = base;
-    uint8_t* w_sh = base + Cfg::kABytes;
+    uint8_t* w_sh = base + Cfg::kXStageBytes;
+    if constexpr (Cfg::kFusedQuant) {
+      // 16-byte chunks (8 elements) of x, rows of 256 bytes, unswizzled: each thread later
+      // reads 32 consecutive bytes, so the eight threads of a row cover its 256 bytes.
 #pragma unroll
-    for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
-      const int r = i >> 3, c = i & 7;
-      const int gm = m0 + r, gk = kb * 128 + c * 16;
-      const bool valid = gm < p.m && gk < p.k;
-      const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
-      cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
+      for (int i = tid; i < BM * 16; i += Cfg::kThreads) {
+        const int r = i >> 4, c = i & 15;
+        const int gm = m0 + r, gk = kb * 128 + c * 8;
+        const bool valid = gm < p.m && gk < p.k;
+        const X* src = static_cast<const X*>(p.x) + int64_t(valid ? gm : 0) * p.ldx + (valid ? gk : 0);
+        cp_async_16(a_sh + r * 256 + c * 16, src, valid);
+      }
+    } else {
+#pragma unroll
+      for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
+        const int r = i >> 3, c = i & 7;
+        const int gm = m0 + r, gk = kb * 128 + c * 16;
+        const bool valid = gm < p.m && gk < p.k;
+        const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
+        cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
+      }
     }
     if constexpr (Cfg::kW8) {
 #pragma unroll
@@ -243,6 +288,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ptx::cp_async_commit();
   }
 
+  if constexpr (Cfg::kFusedQuant) {
+    // Row scales over the full K while the first stages stream in: warp w takes rows w,
+    // w + warps, ...; lane l reads 8 elements at a time. Rows past M get scale 0 (codes 0).
+    constexpr int kWarps = Cfg::kThreads / 32;
+    for (int r = warp; r < BM; r += kWarps) {
+      const int gm = m0 + r;
+      uint32_t amax = 0;
+      if (gm < p.m) {
+        const X* row = static_cast<const X*>(p.x) + int64_t(gm) * p.ldx;
+        for (int k = lane * 8; k < p.k; k += 256) {
+          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k));
+          const X* v = reinterpret_cast<const X*>(&raw);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) amax = max(amax, abs_bits(float(v[e])));
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+      if (lane == 0) {
+        const float scale = token_scale(amax, 1.0 / 127.0);
+        const TokenDivider div = TokenDivider::make(scale);
+        row_quant[4 * r] = scale;
+        row_quant[4 * r + 1] = div.pow2;
+        row_quant[4 * r + 2] = div.s_unit;
+        row_quant[4 * r + 3] = div.s_inv;
+      }
+    }
+    // The main loop's first barrier publishes row_quant.
+  }
+  // The per-token scale of output row `row` (inside this tile).
+  auto a_scale = [&](int row) {
+    if constexpr (Cfg::kFusedQuant) return row_quant[4 * (row - m0)];
+    else return p.a_scales[row * p.a_scale_step];
+  };
+
   for (int it = 0; it < num_kb; ++it) {
     ptx::cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage `it` visible to all; stage `it-1` no longer read by anyone
@@ -254,7 +334,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int kb = kb_begin + it;
     const uint8_t* base = smem + (it % STAGES) * Cfg::kStageBytes;
     const uint8_t* a_sh = base;
-    const uint8_t* w_sh = base + Cfg::kABytes;
+    const uint8_t* w_sh = base + Cfg::kXStageBytes;
+    if constexpr (Cfg::kFusedQuant) {
+      // Quantize the stage's x tile into the int8 A tile: one 16-byte chunk (16 codes) per
+      // thread and pass. The loop's barrier above ordered the previous block's reads of a_fused
+      // before these writes; the one below publishes them.
+      for (int i = tid; i < BM * 8; i += Cfg::kThreads) {
+        const int r = i >> 3, c = i & 7;
+        const float scale = row_quant[4 * r];
+        const TokenDivider div{row_quant[4 * r + 1], row_quant[4 * r + 2], row_quant[4 * r + 3]};
+        const uint4 lo = ptx::lds128(a_sh + r * 256 + c * 32);
+        const uint4 hi = ptx::lds128(a_sh + r * 256 + c * 32 + 16);
+        const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        uint32_t q[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          uint32_t packed = 0;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint32_t bits = words[2 * w + e / 2];
+            const X v = *reinterpret_cast<const X*>(reinterpret_cast<const uint16_t*>(&bits) + (e & 1));
+            packed |= (uint32_t(quantize_dynamic(float(v), scale, div)) & 0xFFu) << (8 * e);
+          }
+          q[w] = packed;
+        }
+        *reinterpret_cast<uint4*>(a_fused + r * 128 + ((c ^ (r & 7)) << 4)) =
+            make_uint4(q[0], q[1], q[2], q[3]);
+      }
+      __syncthreads();
+      a_sh = a_fused;
+    }
     const uint8_t* g_sh = w_sh + Cfg::kWBytes;
 
     // This lane's 16 bytes of each n8 block hold its B fragments for the block's 4 k32 steps;
@@ -390,10 +499,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> Cfg::kAccShift;
           } else if constexpr (EPI == W4A8Epilogue::group) {
             store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                        detail::finish<EPI>(p, row, col, 0, sum));
+                        detail::finish<EPI>(p, a_scale(row), col, 0, sum));
           } else {
             store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                        detail::finish<EPI, Cfg::kW8>(p, row, col, sum >> Cfg::kAccShift, 0.0f));
+                        detail::finish<EPI, Cfg::kW8>(p, a_scale(row), col,
+                                                      sum >> Cfg::kAccShift, 0.0f));
           }
         });
     return;
@@ -423,10 +533,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if (two) d[1] = i1;
           continue;
         } else {
-          const float v0 = detail::finish<EPI, Cfg::kW8>(p, row, col, i0, facc_of(mt, nt, half * 2));
-          const float v1 = two ? detail::finish<EPI, Cfg::kW8>(p, row, col + 1, i1,
-                                                                facc_of(mt, nt, half * 2 + 1))
-                               : 0.0f;
+          const float s_a = a_scale(row);
+          const float v0 =
+              detail::finish<EPI, Cfg::kW8>(p, s_a, col, i0, facc_of(mt, nt, half * 2));
+          const float v1 =
+              two ? detail::finish<EPI, Cfg::kW8>(p, s_a, col + 1, i1, facc_of(mt, nt, half * 2 + 1))
+                  : 0.0f;
           store_float_pair(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v0, v1, two);
         }
       }
