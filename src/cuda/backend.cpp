@@ -76,7 +76,16 @@ void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView*
 
 namespace {
 
-W4A8Launch w4a8_launch(const TensorView& a, const PackedWeightView& w, const TensorView& d) {
+sm80::W4A8Epilogue epilogue_of(const WeightFormat& w) {
+  return w.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
+         : w.per_channel()                      ? sm80::W4A8Epilogue::per_channel
+                                                : sm80::W4A8Epilogue::group;
+}
+
+// The launch of a packed-weight W4A8 call: shapes, weights with their scales and group data,
+// bias and output; the caller sets the activations' scales (or x for fused quantization).
+W4A8Launch w4a8_launch(const TensorView& a, const PackedWeightView& w, const TensorView* bias,
+                       const TensorView& d) {
   W4A8Launch l;
   l.device = a.device.index;
   l.m = a.size(0);
@@ -87,6 +96,14 @@ W4A8Launch w4a8_launch(const TensorView& a, const PackedWeightView& w, const Ten
   l.a = a.data;
   l.lda = a.stride(0);
   l.w = w.q.data;
+  l.w_scales = static_cast<const float*>(w.scales.data);
+  l.w_params = w.group_params.data;
+  l.group = w.format.group_size;
+  l.epilogue = epilogue_of(w.format);
+  if (bias != nullptr) {
+    l.bias = bias->data;
+    l.bias_dtype = bias->dtype;
+  }
   l.d = d.data;
   l.ldd = d.stride(0);
   l.d_dtype = d.dtype;
@@ -103,29 +120,15 @@ void require_sm80(int device) {
                              std::to_string(info.cc_minor) + ")");
 }
 
-sm80::W4A8Epilogue epilogue_of(const WeightFormat& w) {
-  return w.scheme == WeightScheme::s4_two_level ? sm80::W4A8Epilogue::two_level
-         : w.per_channel()                      ? sm80::W4A8Epilogue::per_channel
-                                                : sm80::W4A8Epilogue::group;
-}
-
 }  // namespace
 
 void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
                    const TensorView* bias, const TensorView& d, Stream stream) {
   detail::DeviceGuard guard(a.q.device.index);
   require_sm80(a.q.device.index);
-  W4A8Launch l = w4a8_launch(a.q, w, d);
+  W4A8Launch l = w4a8_launch(a.q, w, bias, d);
   l.a_scales = static_cast<const float*>(a.scales.data);
   l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
-  l.w_scales = static_cast<const float*>(w.scales.data);
-  l.w_params = w.group_params.data;
-  l.group = w.format.group_size;
-  l.epilogue = epilogue_of(w.format);
-  if (bias != nullptr) {
-    l.bias = bias->data;
-    l.bias_dtype = bias->dtype;
-  }
   launch_int8_mma(l, stream);
 }
 
@@ -149,28 +152,11 @@ void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
   if (m <= kFusedQuantMaxTokens) {
-    W4A8Launch l;
-    l.device = x.device.index;
-    l.m = m;
-    l.n = w.n;
-    l.k = w.k;
-    l.n_pad = w.n_pad;
-    l.k_pad = w.k_pad;
+    W4A8Launch l = w4a8_launch(x, w, bias, d);
+    l.a = nullptr;  // x is the A source, quantized in the kernel
     l.x = x.data;
     l.ldx = x.stride(0);
     l.x_dtype = x.dtype;
-    l.w = w.q.data;
-    l.w_scales = static_cast<const float*>(w.scales.data);
-    l.w_params = w.group_params.data;
-    l.group = w.format.group_size;
-    l.epilogue = epilogue_of(w.format);
-    l.d = d.data;
-    l.ldd = d.stride(0);
-    l.d_dtype = d.dtype;
-    if (bias != nullptr) {
-      l.bias = bias->data;
-      l.bias_dtype = bias->dtype;
-    }
     return launch_sm80_w4a8(l, stream);
   }
   // q (M, K) s8 rows padded to 16 bytes, then the M f32 scales.
@@ -224,7 +210,7 @@ void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const Tenso
                      Stream stream) {
   detail::DeviceGuard guard(a.device.index);
   require_sm80(a.device.index);
-  W4A8Launch l = w4a8_launch(a, w, d);
+  W4A8Launch l = w4a8_launch(a, w, nullptr, d);
   l.epilogue = sm80::W4A8Epilogue::s32;
   launch_int8_mma(l, stream);
 }

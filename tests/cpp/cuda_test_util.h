@@ -10,6 +10,10 @@
 #include "nibble/nibble.h"
 #include "test_util.h"
 
+#if NIBBLE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace nibble {
 
 #define NIBBLE_REQUIRE_GPU()                                                          \
@@ -39,5 +43,36 @@ inline double rel_error(const Tensor& got, const Tensor& ref) {
   }
   return std::sqrt(num / std::max(den, 1e-30));
 }
+
+#if NIBBLE_WITH_CUDA
+/// Decode runs linears inside CUDA graphs: nothing in a call may allocate or synchronize once
+/// warmed up. Runs `call(stream, out)` eagerly into `eager` (the warm-up: workspaces), captures
+/// it writing `replay` (poisoned first), replays the graph three times and checks the bytes
+/// equal the eager result. `kernels` receives the captured graph's node count.
+template <class Call>
+void expect_graph_replay_matches(Call&& call, Tensor& eager, Tensor& replay,
+                                 size_t* kernels = nullptr) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  call(stream, eager);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  replay.fill_bytes(0xFF);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  call(stream, replay);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  if (kernels != nullptr) {
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, kernels), cudaSuccess);
+  }
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(same_bytes(replay, eager));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+#endif
 
 }  // namespace nibble

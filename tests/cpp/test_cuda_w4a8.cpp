@@ -240,26 +240,13 @@ TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
   const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
   Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
   Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  linear(xd.view(), wd.view(), nullptr, eager.view(), stream);  // warm-up: workspace
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  replay.fill_bytes(0xFF);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  linear(xd.view(), wd.view(), nullptr, replay.view(), stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   size_t nodes = 0;
-  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  expect_graph_replay_matches(
+      [&](cudaStream_t stream, Tensor& out) {
+        linear(xd.view(), wd.view(), nullptr, out.view(), stream);
+      },
+      eager, replay, &nodes);
   EXPECT_EQ(nodes, 1u);  // one kernel: the quantization is inside the GEMM
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_TRUE(same_bytes(replay, eager));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 #endif
 

@@ -224,23 +224,11 @@ TEST(CudaW8A8, CapturedGraphReplaysTheSameResult) {
     const QuantizedActivation qad = qa.to(Device::cuda());
     Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
     Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    linear(qad.view(), qwd.view(), nullptr, eager.view(), stream);  // warm-up: workspace
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    replay.fill_bytes(0xFF);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    linear(qad.view(), qwd.view(), nullptr, replay.view(), stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_TRUE(same_bytes(replay, eager));
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    expect_graph_replay_matches(
+        [&](cudaStream_t stream, Tensor& out) {
+          linear(qad.view(), qwd.view(), nullptr, out.view(), stream);
+        },
+        eager, replay);
   }
 }
 #endif

@@ -186,34 +186,23 @@ TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
 #if NIBBLE_WITH_CUDA
 TEST(CudaWeightOnly, CapturedGraphReplaysTheSameResult) {
   NIBBLE_REQUIRE_GPU();
-  // Decode runs a linear inside a CUDA graph: nothing in the call may allocate or synchronize
-  // once warmed up (the split-K workspace is allocated by the first call on a stream).
   test::Rng rng;
-  const int64_t m = 1, n = 4096, k = 4096;
+  const int64_t n = 4096, k = 4096;
   const LinearFormat f = parse_linear_format("w4a16_g128");
   QuantizedWeight qw(f.weight, n, k);
   quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
   const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
-  const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
-  Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-  Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  linear(xd.view(), wd.view(), nullptr, eager.view(), stream);  // warm-up: workspace
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  replay.fill_bytes(0xFF);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  linear(xd.view(), wd.view(), nullptr, replay.view(), stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_TRUE(same_bytes(replay, eager));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  for (int64_t m : {1, 256}) {  // split-K on the sm80 kernel; the wgmma kernel on Hopper
+    SCOPED_TRACE("M=" + std::to_string(m));
+    const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
+    Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    expect_graph_replay_matches(
+        [&](cudaStream_t stream, Tensor& out) {
+          linear(xd.view(), wd.view(), nullptr, out.view(), stream);
+        },
+        eager, replay);
+  }
 }
 #endif
 

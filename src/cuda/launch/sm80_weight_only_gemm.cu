@@ -122,12 +122,6 @@ void launch_tile(const WeightOnlyLaunch& l, const WeightOnlyGemmParams& p, dim3 
   launch_typed<kTile, __nv_bfloat16>(l, p, grid, stream);
 }
 
-int log2_exact(int g) {
-  int s = 0;
-  while ((1 << s) < g) ++s;
-  return s;
-}
-
 }  // namespace
 
 WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count) {
@@ -186,7 +180,7 @@ void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.k = static_cast<int>(l.k);
   p.n_pad = static_cast<int>(l.n_pad);
   p.kblocks = static_cast<int>(l.k_pad / 128);
-  p.group_shift = l.group > 0 ? log2_exact(l.group) : 0;
+  p.group_shift = group_shift(l.group);
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
   if (plan.splits > 1) {

@@ -38,6 +38,13 @@ struct WeightOnlyLaunch {
   DType d_dtype = DType::bf16;
 };
 
+/// log2 of a group size (a power of two), 0 per channel: the kernels' group index is k >> it.
+constexpr int group_shift(int group) {
+  int s = 0;
+  while (group > 0 && (1 << s) < group) ++s;
+  return s;
+}
+
 /// The tile and split-K choice (depends only on the shape and the SM count).
 struct WeightOnlyPlan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;

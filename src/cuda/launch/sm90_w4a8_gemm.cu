@@ -12,6 +12,7 @@
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/sm90_tiling.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/launch/tensor_map.h"
 #include "cuda/sm90/sm90_w4a8_gemm.cuh"
@@ -103,35 +104,21 @@ bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group) {
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
                              int sm_count, int weight_bits) {
-  // Pick the token tile with the least estimated time: waves of CTAs × the time of one tile,
-  // which grows with its tokens plus a fixed part (the weight tile's stream and decode, the
-  // pipeline fill and the epilogue, about 48 tokens' worth of MMA).
+  // Split-K needs at least 24 K blocks (3072 of K) per split — measured on the H100 at M = 64:
+  // 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096), 4 of 14336 won (22.7
+  // vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed cost. The f32 group
+  // epilogue has no 256-token tile (its second accumulator set would not fit).
+  const Sm90TileChoice t =
+      epilogue == W4A8Epilogue::group
+          ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24)
+          : choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24);
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
-  int64_t best_cost = 0;
-  const int64_t tiles_n = (n_pad + 127) / 128;
-  for (int bm : {256, 128, 64}) {
-    if (bm == 256 && epilogue == W4A8Epilogue::group) continue;
-    const int64_t tiles_m = (m + bm - 1) / bm;
-    const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
-    const int64_t cost = waves * (bm + 48);
-    if (best.bm == 0 || cost < best_cost) {
-      best_cost = cost;
-      best.bm = bm;
-      best.tiles_m = static_cast<int>(tiles_m);
-      best.tiles_n = static_cast<int>(tiles_n);
-    }
-  }
-  // Split K when the tiles alone leave SMs idle: as many splits as fit in one wave (one CTA
-  // per SM), at most 16, and at least 24 K blocks (3072 of K) each — measured on the H100 at
-  // M = 64: 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096), 4 of 14336 won
-  // (22.7 vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed cost.
-  const int kblocks = static_cast<int>(k_pad / 128);
-  const int tiles = best.tiles_m * best.tiles_n;
-  int splits = 1;
-  if (2 * tiles <= sm_count) splits = std::clamp(std::min(sm_count / tiles, kblocks / 24), 1, 16);
-  best.kblocks_per_split = (kblocks + splits - 1) / splits;
-  best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
+  best.bm = t.bm;
+  best.tiles_m = t.tiles_m;
+  best.tiles_n = t.tiles_n;
+  best.splits = t.splits;
+  best.kblocks_per_split = t.kblocks_per_split;
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits)
                                  : stages_of<64>(epilogue, weight_bits);

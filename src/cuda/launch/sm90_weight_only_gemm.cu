@@ -13,6 +13,7 @@
 #include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/sm90_weight_only_gemm.h"
+#include "cuda/launch/sm90_tiling.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/launch/tensor_map.h"
 #include "cuda/sm90/sm90_weight_only_gemm.cuh"
@@ -90,12 +91,6 @@ void launch_typed(const WeightOnlyLaunch& l, int bm, const Maps& m,
                                                 std::to_string(static_cast<int>(l.dequant)));
 }
 
-int log2_exact(int g) {
-  int s = 0;
-  while ((1 << s) < g) ++s;
-  return s;
-}
-
 }  // namespace
 
 bool use_sm90_weight_only(int device, int64_t m) {
@@ -110,31 +105,14 @@ bool use_sm90_weight_only(int device, int64_t m) {
 
 WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
                                           int sm_count) {
-  // The token tile with the least estimated time: waves of CTAs × the time of one tile, its
-  // tokens plus a fixed part (weight stream and dequantization, pipeline fill, epilogue; about
-  // 48 tokens' worth, as for sm90_w4a8_gemm).
+  // At least 8 K blocks (1024 of K) per split (a guess until measured).
+  const Sm90TileChoice t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 8);
   WeightOnlyWgmmaPlan best;
-  int64_t best_cost = 0;
-  const int64_t tiles_n = (n_pad + 127) / 128;
-  for (int bm : {128, 64}) {
-    const int64_t tiles_m = (m + bm - 1) / bm;
-    const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
-    const int64_t cost = waves * (bm + 48);
-    if (best.bm == 0 || cost < best_cost) {
-      best_cost = cost;
-      best.bm = bm;
-      best.tiles_m = static_cast<int>(tiles_m);
-      best.tiles_n = static_cast<int>(tiles_n);
-    }
-  }
-  // Split K when the tiles alone leave half the SMs idle: as many splits as fit in one wave, at
-  // most 16, at least 8 K blocks (1024 of K) each.
-  const int kblocks = static_cast<int>(k_pad / 128);
-  const int tiles = best.tiles_m * best.tiles_n;
-  int splits = 1;
-  if (2 * tiles <= sm_count) splits = std::clamp(std::min(sm_count / tiles, kblocks / 8), 1, 16);
-  best.kblocks_per_split = (kblocks + splits - 1) / splits;
-  best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
+  best.bm = t.bm;
+  best.tiles_m = t.tiles_m;
+  best.tiles_n = t.tiles_n;
+  best.splits = t.splits;
+  best.kblocks_per_split = t.kblocks_per_split;
   best.stages = best.bm == 128
                     ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 128>::kStages
                     : Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 64>::kStages;
@@ -197,7 +175,7 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.m = static_cast<int>(l.m);
   p.n = static_cast<int>(l.n);
   p.kblocks = static_cast<int>(kblocks);
-  p.group_shift = l.group > 0 ? log2_exact(l.group) : 0;
+  p.group_shift = group_shift(l.group);
   p.kblocks_per_split = plan.kblocks_per_split;
   if (plan.splits > 1) {
     const SplitKWorkspace ws = split_k_workspace(

@@ -81,6 +81,7 @@
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/sm90/block_pipeline.cuh"
 #include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
 
@@ -295,27 +296,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   } else {
     // Integer formats keep one block's wgmma in flight while the next block is converted and
-    // issued: fragments alternate between two register sets (compile-time indices, so the
-    // loop is unrolled by two), and a stage is released once the block after it is issued.
-    int it = 0, prev_s = -1;
-    auto step = [&](auto buf) {
-      constexpr int b = decltype(buf)::value;
-      const int s = issue_block(it, frag[b]);
-      ptx::wgmma_wait<1>();  // the previous block's group is done
-      keep_until_here(frag[b ^ 1]);
-      if (prev_s >= 0) release(prev_s);
-      prev_s = s;
-      ++it;
-    };
-    while (it + 1 < num_kb) {
-      step(std::integral_constant<int, 0>{});
-      step(std::integral_constant<int, 1>{});
-    }
-    if (it < num_kb) step(std::integral_constant<int, 0>{});
-    ptx::wgmma_wait<0>();
-    keep_until_here(frag[0]);
-    keep_until_here(frag[1]);
-    release(prev_s);
+    // issued (cuda/sm90/block_pipeline.cuh).
+    run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
   }
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);

@@ -57,6 +57,7 @@
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/sm80/sm80_weight_only_gemm.cuh"
+#include "cuda/sm90/block_pipeline.cuh"
 #include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
 
@@ -250,8 +251,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::wgmma_commit();
     return s;
   };
-  // wgmma reads its register operands asynchronously: a block's fragments must stay untouched
-  // until its group has completed, which is what this fence after the wait records.
   auto keep_until_here = [](uint32_t (&frag)[8][4]) {
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -262,29 +261,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
   };
-
-  // One block's wgmma stay in flight while the next block is dequantized and issued; a stage is
-  // released once the block after it is issued (its wgmma have then completed).
+  // One block's wgmma stay in flight while the next block is dequantized and issued
+  // (cuda/sm90/block_pipeline.cuh).
   uint32_t frag[2][8][4];
-  int it = 0, prev_s = -1;
-  auto step = [&](auto buf) {
-    constexpr int b = decltype(buf)::value;
-    const int s = issue_block(it, frag[b]);
-    ptx::wgmma_wait<1>();  // the previous block's group is done
-    keep_until_here(frag[b ^ 1]);
-    if (prev_s >= 0) release(prev_s);
-    prev_s = s;
-    ++it;
-  };
-  while (it + 1 < num_kb) {
-    step(std::integral_constant<int, 0>{});
-    step(std::integral_constant<int, 1>{});
-  }
-  if (it < num_kb) step(std::integral_constant<int, 0>{});
-  ptx::wgmma_wait<0>();
-  keep_until_here(frag[0]);
-  keep_until_here(frag[1]);
-  if (prev_s >= 0) release(prev_s);
+  run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 

@@ -1,0 +1,33 @@
+#include "cuda/launch/sm90_tiling.h"
+
+#include <algorithm>
+
+namespace nibble::cuda {
+
+Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
+                                 std::initializer_list<int> bms, int min_kblocks_per_split) {
+  Sm90TileChoice best;
+  int64_t best_cost = 0;
+  const int64_t tiles_n = (n_pad + 127) / 128;
+  for (int bm : bms) {
+    const int64_t tiles_m = (m + bm - 1) / bm;
+    const int64_t waves = (tiles_m * tiles_n + sm_count - 1) / sm_count;
+    const int64_t cost = waves * (bm + 48);
+    if (best.bm == 0 || cost < best_cost) {
+      best_cost = cost;
+      best.bm = bm;
+      best.tiles_m = static_cast<int>(tiles_m);
+      best.tiles_n = static_cast<int>(tiles_n);
+    }
+  }
+  const int kblocks = static_cast<int>(k_pad / 128);
+  const int tiles = best.tiles_m * best.tiles_n;
+  int splits = 1;
+  if (2 * tiles <= sm_count)
+    splits = std::clamp(std::min(sm_count / tiles, kblocks / min_kblocks_per_split), 1, 16);
+  best.kblocks_per_split = (kblocks + splits - 1) / splits;
+  best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
+  return best;
+}
+
+}  // namespace nibble::cuda

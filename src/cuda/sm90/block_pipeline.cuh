@@ -1,0 +1,49 @@
+// The consumers' main loop of the register-A wgmma kernels (sm90_w4a8_gemm's integer formats,
+// sm90_weight_only_gemm): one K block's wgmma group stays in flight while the next block's A
+// fragments are converted and its wgmma issued.
+//
+//   issue_block(it, frag)  waits for block it's stage, converts into `frag`, issues and commits
+//                          the block's wgmma; returns the stage
+//   keep_until_here(frag)  a register fence: wgmma reads its register operands asynchronously,
+//                          so a block's fragments must stay untouched until its group has
+//                          completed, which this fence after the wait records
+//   release(stage)         hands the stage back to the producer
+//
+// Fragments alternate between two register sets with compile-time indices (the loop is
+// unrolled by two); a stage is released once the block after it is issued, i.e. when
+// wgmma.wait_group 1 says its own group is done.
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/common/ptx_sm90.cuh"
+
+namespace nibble::cuda::sm90 {
+
+template <class Frag, class Issue, class Keep, class Release>
+__device__ __forceinline__ void run_blocks_one_in_flight(int num_kb, Frag (&frag)[2],
+                                                         Issue&& issue_block,
+                                                         Keep&& keep_until_here,
+                                                         Release&& release) {
+  int it = 0, prev_s = -1;
+  auto step = [&](auto buf) {
+    constexpr int b = decltype(buf)::value;
+    const int s = issue_block(it, frag[b]);
+    ptx::wgmma_wait<1>();  // the previous block's group is done
+    keep_until_here(frag[b ^ 1]);
+    if (prev_s >= 0) release(prev_s);
+    prev_s = s;
+    ++it;
+  };
+  while (it + 1 < num_kb) {
+    step(std::integral_constant<int, 0>{});
+    step(std::integral_constant<int, 1>{});
+  }
+  if (it < num_kb) step(std::integral_constant<int, 0>{});
+  ptx::wgmma_wait<0>();
+  keep_until_here(frag[0]);
+  keep_until_here(frag[1]);
+  if (prev_s >= 0) release(prev_s);
+}
+
+}  // namespace nibble::cuda::sm90
