@@ -53,7 +53,7 @@ if [ $run_tests -eq 1 ]; then
   # split and unsplit tiles).
   for tool in memcheck racecheck; do
     filter='CudaW4A8.S32IsBitExactOnOddShapes:CudaW4A8.SplitKIsDeterministic:CudaWeightOnly.*'
-    filter+=':CudaW8A8.S32IsBitExactOnOddShapes:CudaW8A8.SplitKIsDeterministic'
+    filter+=':CudaW8A8.S32IsBitExactOnOddShapes:CudaW8A8.SplitKIsDeterministic:CudaW4A4.S32IsBitExactOnOddShapes'
     filter+=':CudaActQuant.StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched'
     filter+=':CudaActQuant.NormedInPlaceOverwritesXWithY'
     [ $tool = racecheck ] && filter='CudaW4A8.SplitKIsDeterministic:CudaW8A8.SplitKIsDeterministic:CudaWeightOnly.SplitKIsDeterministicAndExplained:CudaActQuant.NormedInPlaceOverwritesXWithY'

@@ -174,8 +174,10 @@ void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bi
     quantize_activation(x, a.view());
     return cpu::linear(a.view(), logical.view(), bias, d);
   }
-  // The tensor cores take the activations as they are: 16-bit floats, 16-byte rows.
-  check.dtype(x, "x", {DType::bf16, DType::f16});
+  // The 16-bit tensor cores take the activations as they are: 16-bit floats, 16-byte rows. W4A8
+  // quantizes them first (inside the GEMM for 16-bit x at small M): f32 is accepted there too.
+  if (quantizing) check.dtype(x, "x", {DType::bf16, DType::f16, DType::f32});
+  else check.dtype(x, "x", {DType::bf16, DType::f16});
   check.condition(w.k % 8 == 0, "w.k",
                   "must be a multiple of 8 (16-byte rows of x) for the CUDA kernels, got " +
                       std::to_string(w.k));

@@ -145,13 +145,14 @@ sm80::WeightOnlyDequant dequant_of(const WeightFormat& w) {
 }  // namespace
 
 namespace {
-// W4A8 packed weights with 16-bit float activations: quantized per token inside the GEMM for
-// M ≤ kFusedQuantMaxTokens (one launch: the decode path), else by quantize_activation into the
-// stream's activation workspace, followed by the int8-activation kernels.
+// W4A8 packed weights with float activations: 16-bit ones are quantized per token inside the
+// GEMM for M ≤ kFusedQuantMaxTokens (one launch: the decode path); otherwise (and for f32) the
+// activation kernel quantizes them into the stream's activation workspace, followed by the
+// int8-activation kernels.
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (m <= kFusedQuantMaxTokens) {
+  if (m <= kFusedQuantMaxTokens && x.dtype != DType::f32) {
     W4A8Launch l = w4a8_launch(x, w, bias, d);
     l.a = nullptr;  // x is the A source, quantized in the kernel
     l.x = x.data;
@@ -218,9 +219,13 @@ void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const Tenso
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device) {
   const LinearProblem logical = make_problem(format, m, n, k, device);
   std::string s = "logical weights: " + explain_linear(logical);
-  // W8A8 kernels read the logical int8 weights: nothing to pack.
-  if (select_linear(logical).launch == w8a8_int8_mma_entry().launch)
+  // W8A8 and W4A4 kernels read the logical row-major weights: nothing to pack.
+  const auto chosen = select_linear(logical).launch;
+  if (chosen == w8a8_int8_mma_entry().launch)
     return s + ", " + describe_int8_mma(device, m, n, k, sm80::W4A8Epilogue::per_channel, 0, 8);
+  if (chosen == w4a4_int8_mma_entry().launch)
+    return s + ", " +
+           describe_int8_mma(device, m, n, k, sm80::W4A8Epilogue::per_channel, 0, 4, true);
   if (!has_packed_layout(format)) return s + "; no packed layout for this format yet";
   const DeviceInfo info = cuda_device_info(device);
   if (info.cc_major < 8) return s + "; packed weights need sm_80+";

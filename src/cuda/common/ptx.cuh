@@ -73,6 +73,19 @@ __device__ __forceinline__ void mma_s8_16832(int32_t (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/// D = A·B + D with s4 operands and s32 accumulators, m16n8k64 (native on sm_80/86/89; sm_90 has
+/// no int4 tensor cores and emulates it, far slower). The fragments are mma_s8_16832's bytes,
+/// each byte two k (the lower k in the low nibble): a[0]: row g, k 8c..8c+7; a[2]: row g,
+/// k 32+8c..; b[0]: col g, k 8c..8c+7; b[1]: col g, k 32+8c..; d as above.
+__device__ __forceinline__ void mma_s4_16864(int32_t (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 /// D = A·B + D with bf16 (or f16, kF16) operands and f32 accumulators, m16n8k16, A row-major,
 /// B column-major. Each register holds two 16-bit values, the lower k in the low half
 /// (g = lane/4, c = lane%4):

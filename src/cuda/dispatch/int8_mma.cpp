@@ -43,18 +43,24 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
 }
 
 void launch_int8_mma(const W4A8Launch& l, Stream stream) {
-  if (use_sm90_int8_mma(l.device, l.m, l.n_pad, l.k_pad, l.epilogue, l.group, l.weight_bits))
+  if (!l.a4 && use_sm90_int8_mma(l.device, l.m, l.n_pad, l.k_pad, l.epilogue, l.group, l.weight_bits))
     return launch_sm90_w4a8(l, stream);
   launch_sm80_w4a8(l, stream);
 }
 
 std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
-                              sm80::W4A8Epilogue epilogue, int group, int weight_bits) {
+                              sm80::W4A8Epilogue epilogue, int group, int weight_bits, bool a4) {
   const DeviceInfo info = cuda_device_info(device);
+  const std::string sms = " on " + std::to_string(info.sm_count) + " SMs";
+  if (a4) {
+    const int64_t k_pad = (k / 2 + 127) / 128 * 128;  // bytes
+    return describe(plan_sm80_w4a8(m, n, k, k_pad, epilogue, 0, info.sm_count, 4, true)) + sms +
+           (info.cc_major >= 9 ? " (no int4 tensor cores here: two int8 MMAs per int4 step)"
+                               : " (native int4 MMA)");
+  }
   // int4 weights are padded to whole 8-channel blocks; int8 weights are used as they are.
   const int64_t n_pad = weight_bits == 8 ? n : (n + 7) / 8 * 8;
   const int64_t k_pad = (k + 127) / 128 * 128;
-  const std::string sms = " on " + std::to_string(info.sm_count) + " SMs";
   if (use_sm90_int8_mma(device, m, n_pad, k_pad, epilogue, group, weight_bits))
     return describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count, weight_bits)) +
            sms + " (Hopper: M >= " + std::to_string(kSm90MinTokens) + ", or M >= " +
@@ -78,6 +84,29 @@ bool cc80(const LinearProblem& p, std::string* why_not) {
   return false;
 }
 
+bool w4a4_supports(const LinearProblem& p, std::string* why_not) {
+  const LinearFormat& f = p.format;
+  if (f.weight.scheme != WeightScheme::s4_sym || !f.weight.per_channel() ||
+      f.act != ActScheme::s4_per_token) {
+    *why_not = "per-channel W4A4 only (group-wise W4A4 runs the fallback for now)";
+    return false;
+  }
+  if (!cc80(p, why_not)) return false;
+  if (p.k % 32 != 0) {
+    *why_not = "K % 32 != 0";
+    return false;
+  }
+  if (p.cc >= 90 && p.k > max_int32_accumulation_k(DType::s8, DType::s8)) {
+    *why_not = "K > 131071 on a GPU without int4 tensor cores (the int8 emulation's bound)";
+    return false;
+  }
+  if (!p.aligned16) {
+    *why_not = "operand rows not 16-byte aligned";
+    return false;
+  }
+  return true;
+}
+
 bool w8a8_supports(const LinearProblem& p, std::string* why_not) {
   const LinearFormat& f = p.format;
   if (f.weight.scheme != WeightScheme::s8_sym || !f.weight.per_channel() ||
@@ -97,19 +126,24 @@ bool w8a8_supports(const LinearProblem& p, std::string* why_not) {
   return true;
 }
 
-W4A8Launch w8_launch(const TensorView& a, const TensorView& w, const TensorView& d) {
+int64_t pitch_bytes(const TensorView& t) { return t.stride(0) * dtype_bits(t.dtype) / 8; }
+
+// The launch for logical row-major operands: s8 × s8 (W8A8) or s4 × s4 (W4A4, a4).
+W4A8Launch row_major_launch(const TensorView& a, const TensorView& w, const TensorView& d) {
   W4A8Launch l;
   l.device = a.device.index;
-  l.weight_bits = 8;
+  l.a4 = a.dtype == DType::s4;
+  l.weight_bits = l.a4 ? 4 : 8;
   l.m = a.size(0);
   l.n = w.size(0);
   l.k = a.size(1);
   l.n_pad = l.n;
-  l.k_pad = (l.k + 127) / 128 * 128;
+  const int64_t k_bytes = l.a4 ? l.k / 2 : l.k;
+  l.k_pad = (k_bytes + 127) / 128 * 128;  // W4A4: in bytes (see W4A8Launch::a4)
   l.a = a.data;
-  l.lda = a.stride(0);
+  l.lda = pitch_bytes(a);
   l.w = w.data;
-  l.ldw = w.stride(0);
+  l.ldw = pitch_bytes(w);
   l.d = d.data;
   l.ldd = d.stride(0);
   l.d_dtype = d.dtype;
@@ -119,7 +153,7 @@ W4A8Launch w8_launch(const TensorView& a, const TensorView& w, const TensorView&
 void w8a8_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
   const QuantizedActivationView& a = *call.a;
   const QuantizedWeightView& w = *call.w;
-  W4A8Launch l = w8_launch(a.q, w.q, *call.d);
+  W4A8Launch l = row_major_launch(a.q, w.q, *call.d);
   l.epilogue = sm80::W4A8Epilogue::per_channel;
   l.a_scales = static_cast<const float*>(a.scales.data);
   l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
@@ -132,7 +166,17 @@ void w8a8_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
   launch_int8_mma(l, stream);
 }
 
+void w4a4_launch(const LinearProblem& p, const LinearCall& call, Stream stream) {
+  w8a8_launch(p, call, stream);  // the same operands, s4 instead of s8 (row_major_launch)
+}
+
 }  // namespace
+
+LinearKernel w4a4_int8_mma_entry() {
+  return {"sm80_w4a4_gemm (int4 tensor cores on sm_80/86/89, int8 ones on sm_90+; fused "
+          "per-token x per-channel epilogue)",
+          w4a4_supports, w4a4_launch};
+}
 
 LinearKernel w8a8_int8_mma_entry() {
   return {"sm80_w8a8_gemm / sm90_w8a8_gemm (int8 tensor cores, fused per-token x per-channel "
@@ -141,14 +185,20 @@ LinearKernel w8a8_int8_mma_entry() {
 }
 
 bool int8_mma_handles_s32(const TensorView& a, const TensorView& w) {
-  if (a.dtype != DType::s8 || w.dtype != DType::s8) return false;
+  const bool s8 = a.dtype == DType::s8 && w.dtype == DType::s8;
+  const bool s4 = a.dtype == DType::s4 && w.dtype == DType::s4;
+  if (!s8 && !s4) return false;
   const DeviceInfo info = cuda_device_info(a.device.index);
-  return info.cc_major >= 8 && a.size(1) % 16 == 0 && rows_aligned16(a) && rows_aligned16(w);
+  const int64_t k = a.size(1);
+  // s4 on GPUs without int4 tensor cores: the int8 emulation bounds K (see w4a4_supports).
+  if (s4 && info.cc_major >= 9 && k > max_int32_accumulation_k(DType::s8, DType::s8))
+    return false;
+  return info.cc_major >= 8 && k % (s4 ? 32 : 16) == 0 && rows_aligned16(a) && rows_aligned16(w);
 }
 
 void launch_int8_mma_s32(const TensorView& a, const TensorView& w, const TensorView& d,
                          Stream stream) {
-  W4A8Launch l = w8_launch(a, w, d);
+  W4A8Launch l = row_major_launch(a, w, d);
   l.epilogue = sm80::W4A8Epilogue::s32;
   launch_int8_mma(l, stream);
 }

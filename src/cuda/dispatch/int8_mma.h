@@ -23,14 +23,20 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
 void launch_int8_mma(const W4A8Launch& launch, Stream stream);
 /// explain() text for the chosen family and its plan.
 std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
-                              sm80::W4A8Epilogue epilogue, int group, int weight_bits);
+                              sm80::W4A8Epilogue epilogue, int group, int weight_bits,
+                              bool a4 = false);
 
 /// The W8A8 row of the registry: w8a8 (per-token or static per-tensor int8 activations, int8
 /// per-channel weights with any scale dtype) on sm_80+, K % 16 == 0, 16-byte aligned operands.
 LinearKernel w8a8_int8_mma_entry();
+/// The W4A4 row: w4a4_pc (per-token int4 activations, per-channel int4 weights, logical
+/// row-major packed operands) on sm_80+, K % 32 == 0, 16-byte aligned rows; on sm_90+ (no int4
+/// tensor cores, int8 emulation) K ≤ 131071.
+LinearKernel w4a4_int8_mma_entry();
 
-/// Whether the logical s8 × s8 → s32 GEMM can run on the int8-MMA families (sm_80+, K % 16 ==
-/// 0, both operands row-major with 16-byte aligned rows), and the launch.
+/// Whether the logical s8 × s8 or s4 × s4 → s32 GEMM can run on the int8-MMA family (sm_80+,
+/// K % 16 (s8) or 32 (s4) == 0, both operands row-major with 16-byte aligned rows), and the
+/// launch.
 bool int8_mma_handles_s32(const TensorView& a, const TensorView& w);
 void launch_int8_mma_s32(const TensorView& a, const TensorView& w, const TensorView& d,
                          Stream stream);

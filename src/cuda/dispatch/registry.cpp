@@ -16,6 +16,7 @@ const std::vector<LinearKernel>& linear_kernels() {
   // Most specialised first; the SIMT kernel accepts every problem and must stay last.
   static const std::vector<LinearKernel> kernels = {
       w8a8_int8_mma_entry(),
+      w4a4_int8_mma_entry(),
       simt_linear_kernel_entry(),
   };
   return kernels;

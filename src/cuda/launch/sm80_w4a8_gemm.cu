@@ -81,16 +81,19 @@ TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group, int weight_bit
 }  // namespace
 
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
-                        W4A8Epilogue epilogue, int group, int sm_count, int weight_bits) {
+                        W4A8Epilogue epilogue, int group, int sm_count, int weight_bits,
+                        bool a4) {
   W4A8Plan plan;
   plan.weight_bits = weight_bits;
+  plan.a4 = a4;
   const bool whole_k = epilogue == W4A8Epilogue::s32 || epilogue == W4A8Epilogue::per_channel;
   plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
   const bool fits = !whole_k || k <= max_int32_accumulation_k(DType::s8, DType::s8);
-  plan.decode = fits && weight_bits == 4 ? grouped_decode(static_cast<Tile>(plan.tile), epilogue)
-                                         : W4Decode::offset_xor;
-  const TileInfo t =
-      tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group, weight_bits);
+  plan.decode = fits && weight_bits == 4 && !a4
+                    ? grouped_decode(static_cast<Tile>(plan.tile), epilogue)
+                    : W4Decode::offset_xor;
+  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group,
+                               a4 ? 8 : weight_bits);  // W4A4 tiles are the int8 ones
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
@@ -116,11 +119,13 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
 }
 
 std::string describe(const W4A8Plan& plan) {
-  const char* decode = plan.weight_bits == 8                          ? "int8 weights"
+  const char* decode = plan.a4                                         ? "int4 x int4"
+                       : plan.weight_bits == 8                          ? "int8 weights"
                        : plan.decode == sm80::W4Decode::high_nibble ? "high_nibble"
                                                                       : "offset_xor";
-  return std::string(plan.weight_bits == 8 ? "sm80_w8a8_gemm " : "sm80_w4a8_gemm ") + decode +
-         " tile " +
+  const char* name = plan.a4 ? "sm80_w4a4_gemm " : plan.weight_bits == 8 ? "sm80_w8a8_gemm "
+                                                                         : "sm80_w4a8_gemm ";
+  return std::string(name) + decode + " tile " +
          std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
          "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_n) + "x" + std::to_string(plan.tiles_m) +
@@ -132,7 +137,7 @@ std::string describe(const W4A8Plan& plan) {
 void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
   const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k, l.k_pad, l.epilogue, l.group,
-                                       dev.sm_count, l.weight_bits);
+                                       dev.sm_count, l.weight_bits, l.a4);
   W4A8GemmParams p;
   p.a = static_cast<const int8_t*>(l.a);
   p.lda = l.lda;
@@ -170,6 +175,14 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
       nibble::detail::fail(ErrorCode::internal,
                            "sm80_w4a8_gemm: fused activation quantization runs M <= 16 only");
     return launch_fused(p, l.x_dtype, e, plan.decode, l.group, grid, stream);
+  }
+  if (l.a4) {
+    switch (static_cast<Tile>(plan.tile)) {
+      case Tile::m16: return launch_tile8<Tile::m16, true>(p, e, grid, stream);
+      case Tile::m32: return launch_tile8<Tile::m32, true>(p, e, grid, stream);
+      case Tile::m64: return launch_tile8<Tile::m64, true>(p, e, grid, stream);
+      case Tile::m128: return launch_tile8<Tile::m128, true>(p, e, grid, stream);
+    }
   }
   if (l.weight_bits == 8) {
     switch (static_cast<Tile>(plan.tile)) {

@@ -26,6 +26,9 @@ enum class W4Decode : int { offset_xor, high_nibble };
 struct W4A8Launch {
   int device = 0;
   int weight_bits = 4;  ///< 4: packed w4_mma_k128; 8: row-major s8
+  /// W4A4: a and w both row-major packed int4 (lda, ldw in bytes; k_pad = K/2 rounded up to 128:
+  /// bytes, like every K block of this kernel); per-channel or s32; the sm80 kernel only.
+  bool a4 = false;
   sm80::W4A8Epilogue epilogue = sm80::W4A8Epilogue::per_channel;
   int group = 0;  ///< group size for group / two_level
   int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;
@@ -53,12 +56,13 @@ struct W4A8Launch {
 /// The tile and split-K choice for a problem (depends only on shape, group and SM count).
 struct W4A8Plan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0, weight_bits = 4;
+  bool a4 = false;
   sm80::W4Decode decode = sm80::W4Decode::offset_xor;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
 };
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                         sm80::W4A8Epilogue epilogue, int group, int sm_count,
-                        int weight_bits = 4);
+                        int weight_bits = 4, bool a4 = false);
 std::string describe(const W4A8Plan& plan);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);

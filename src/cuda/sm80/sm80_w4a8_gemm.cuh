@@ -48,6 +48,17 @@
 //   4. Split-K partials go through a workspace of splits·M·N·4 bytes plus one counter per tile.
 //   5. 8-bit weights: per-channel and s32 epilogues only (w8_pc is the only int8 weight format).
 //
+// W4A4 (A4 = true, reported as sm80_w4a4_gemm): int4 activations × int4 weights, both the logical
+//   row-major packed matrices (two values per byte, the lower k in the low nibble; pitches
+//   16-byte aligned, K % 32 == 0), tiles stored and read exactly like the int8 ones — a 128-byte
+//   K block is 256 values and each 32-byte step 64. On sm_80/86/89 a step is one native
+//   mma.m16n8k64.s4 (its fragments are the s8 instruction's bytes). sm_90 has no int4 tensor
+//   cores (the instruction is emulated, measured 23× slower than s8), so there each register of
+//   8 nibbles becomes two of 4 bytes — (r << 4) & 0xF0F0F0F0 and r & 0xF0F0F0F0, 16·v as
+//   int8, 2 instructions per 8 values — and a step is two mma.m16n8k32.s8 with the same k
+//   permutation on both operands; the sums are then 256× the true ones and shifted back
+//   exactly, which bounds K by the s8×s8 limit (131071) there. Per-channel and s32 epilogues.
+//
 // Fused activation quantization (X = bf16 or f16; the decode path, one launch per linear)
 //   The activations come in as x (M, K) 16-bit floats, pitch `ldx` elements, and are quantized
 //   per token inside the kernel exactly as quantize_activation does (cuda/common/token_quant.cuh:
@@ -104,8 +115,10 @@ struct W4A8GemmParams {
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
           int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor, int WBITS_ = 4,
-          class X_ = int8_t>
+          class X_ = int8_t, bool A4_ = false>
 struct W4A8GemmConfig {
+  /// int4 activations and row-major int4 weights (W4A4).
+  static constexpr bool kA4 = A4_;
   /// The activations' type in global memory: int8 (quantized by the caller), or bf16 / f16
   /// quantized per token inside the kernel (fused quantization).
   using X = X_;
@@ -117,6 +130,12 @@ struct W4A8GemmConfig {
   /// Weight bits: 4 (packed w4_mma_k128) or 8 (row-major s8, loaded like A).
   static constexpr int WBITS = WBITS_;
   static constexpr bool kW8 = WBITS_ == 8;
+  /// Weights stored as the logical row-major matrix and loaded like A (int8, or W4A4's int4).
+  static constexpr bool kRowMajorW = kW8 || A4_;
+  static_assert(!A4_ || (WBITS_ == 4 && std::is_same_v<X_, int8_t> &&
+                         (EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel) &&
+                         DECODE_ == W4Decode::offset_xor),
+                "W4A4: int4 activations in, per-channel or s32, no decoding");
   static_assert(WBITS_ == 4 || WBITS_ == 8, "weights are int4 or int8");
   static_assert(!kW8 || EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel,
                 "int8 weights are per channel");
@@ -139,7 +158,7 @@ struct W4A8GemmConfig {
   // Rows of group data one 128-wide K block needs (a 256 group spans two blocks).
   static constexpr int kGroupRows = kGrouped ? (GROUP >= kBK ? 1 : kBK / GROUP) : 0;
   static constexpr int kABytes = BM * kBK;
-  static constexpr int kWBytes = BN * kBK * WBITS / 8;
+  static constexpr int kWBytes = kRowMajorW ? BN * kBK : BN * kBK / 2;  // kBK bytes of A per row
   static constexpr int kScaleBytes = EPI == W4A8Epilogue::group ? kGroupRows * BN * 4 : 0;
   static constexpr int kParamBytes = EPI == W4A8Epilogue::two_level ? kGroupRows * BN * 2 : 0;
   // A stage holds the int8 A tile, or with fused quantization the 16-bit x tile it is made from
@@ -151,7 +170,7 @@ struct W4A8GemmConfig {
       STAGES * kStageBytes + (kFusedQuant ? kABytes + kRowQuantBytes : 0);
 
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
-  static_assert(!kW8 || NT % 2 == 0, "int8 weight fragments come two n8 tiles per ldmatrix.x4");
+  static_assert(!kRowMajorW || NT % 2 == 0, "row-major weight fragments come two n8 tiles per ldmatrix.x4");
   static_assert(!kGrouped || (GROUP == 32 || GROUP == 64 || GROUP == 128 || GROUP == 256),
                 "group size must be 32, 64, 128 or 256");
   static_assert(kStageBytes % 16 == 0, "stage regions must stay 16-byte aligned");
@@ -195,6 +214,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int kb_end = min(p.kblocks, kb_begin + p.kblocks_per_split);
   const int num_kb = kb_end - kb_begin;
   const uint64_t weight_policy = ptx::evict_first_policy();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kS4ViaS8 = Cfg::kA4;  // no int4 tensor cores: two s8 MMAs on 16·v (see above)
+#else
+  constexpr bool kS4ViaS8 = false;
+#endif
+  constexpr int kAccShift = Cfg::kAccShift + (kS4ViaS8 ? 8 : 0);
+  // K in bytes of a row (W4A4: two values per byte).
+  const int k_bytes = Cfg::kA4 ? p.k / 2 : p.k;
 
   // Fused quantization: the int8 A tile and the rows' quantizers, after the ring.
   [[maybe_unused]] uint8_t* const a_fused = smem + STAGES * Cfg::kStageBytes;
@@ -222,17 +249,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
         const int r = i >> 3, c = i & 7;
         const int gm = m0 + r, gk = kb * 128 + c * 16;
-        const bool valid = gm < p.m && gk < p.k;
+        const bool valid = gm < p.m && gk < k_bytes;
         const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
         cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
       }
     }
-    if constexpr (Cfg::kW8) {
+    if constexpr (Cfg::kRowMajorW) {
 #pragma unroll
       for (int i = tid; i < BN * 8; i += Cfg::kThreads) {  // 16-byte chunks of W rows, as A
         const int r = i >> 3, c = i & 7;
         const int gn = n0 + r, gk = kb * 128 + c * 16;
-        const bool valid = gn < p.n && gk < p.k;
+        const bool valid = gn < p.n && gk < k_bytes;
         const uint8_t* src = p.w + int64_t(valid ? gn : 0) * p.ldw + (valid ? gk : 0);
         ptx::cp_async_16_stream(w_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid, weight_policy);
       }
@@ -375,10 +402,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // lanes 8q..8q+7 address the rows of matrix q = (tile nt + q/2, 16-byte chunk 2j + q%2).
     const uint8_t* w_lane = w_sh + warp_n * NT * 512 + lane * 16;
     uint32_t af[2][MT][4], bw[2][NT], prm[2][NT];
-    uint32_t bw8[2][Cfg::kW8 ? NT : 1][2];
+    uint32_t bw8[2][Cfg::kRowMajorW ? NT : 1][2];
     auto load_fragments = [&](int j, uint32_t (&a_frag)[MT][4], uint32_t (&b_word)[NT],
-                              uint32_t (&b_param)[NT], uint32_t (&b_frag8)[Cfg::kW8 ? NT : 1][2]) {
-      if constexpr (Cfg::kW8) {
+                              uint32_t (&b_param)[NT],
+                              uint32_t (&b_frag8)[Cfg::kRowMajorW ? NT : 1][2]) {
+      if constexpr (Cfg::kRowMajorW) {
         (void)b_word;
 #pragma unroll
         for (int nt = 0; nt < NT; nt += 2) {
@@ -421,7 +449,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       uint32_t b[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        if constexpr (Cfg::kW8) {
+        if constexpr (Cfg::kRowMajorW) {
           b[nt][0] = bw8[cur][nt][0];
           b[nt][1] = bw8[cur][nt][1];
         } else {
@@ -443,10 +471,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
         }
       }
+      if constexpr (kS4ViaS8) {
+        // Each 32-bit register of 8 nibbles → low nibbles (even k) and high nibbles (odd k) as
+        // 16·v bytes; k 8c.. of a[0]/a[1]/b[0] go to the first MMA, k 32+8c.. to the second,
+        // the even k to the s8 fragment's first half and the odd k to its second — the same
+        // permutation of k on both operands, so the sum is unchanged (×256).
+        auto lo = [](uint32_t r) { return (r << 4) & 0xF0F0F0F0u; };
+        auto hi = [](uint32_t r) { return r & 0xF0F0F0F0u; };
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint32_t(&a)[4] = af[cur][mt];
+          const uint32_t a0[4] = {lo(a[0]), lo(a[1]), hi(a[0]), hi(a[1])};
+          const uint32_t a1[4] = {lo(a[2]), lo(a[3]), hi(a[2]), hi(a[3])};
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) ptx::mma_s8_16832(acc[mt][nt], af[cur][mt], b[nt]);
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t b0[2] = {lo(b[nt][0]), hi(b[nt][0])};
+            const uint32_t b1[2] = {lo(b[nt][1]), hi(b[nt][1])};
+            ptx::mma_s8_16832(acc[mt][nt], a0, b0);
+            ptx::mma_s8_16832(acc[mt][nt], a1, b1);
+          }
+        }
+      } else if constexpr (Cfg::kA4) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) ptx::mma_s4_16864(acc[mt][nt], af[cur][mt], b[nt]);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) ptx::mma_s8_16832(acc[mt][nt], af[cur][mt], b[nt]);
+      }
       if constexpr (EPI == W4A8Epilogue::group) {
         // End of a group: fold the exact int32 partial sums into f32 with the group's scale.
         if (((kb * 4 + j + 1) % (Cfg::GROUP / 32)) == 0) {
@@ -457,7 +512,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             const float s0 = sc[col], s1 = sc[col + 1];
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              constexpr int sh = Cfg::kAccShift;  // exact: the sums are multiples of 2^sh
+              constexpr int sh = kAccShift;  // exact: the sums are multiples of 2^sh
               facc[mt][nt][0] = fmaf(s0, float(acc[mt][nt][0] >> sh), facc[mt][nt][0]);
               facc[mt][nt][1] = fmaf(s1, float(acc[mt][nt][1] >> sh), facc[mt][nt][1]);
               facc[mt][nt][2] = fmaf(s0, float(acc[mt][nt][2] >> sh), facc[mt][nt][2]);
@@ -496,14 +551,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         p.workspace, counter, p.splits, p.m, p.n, m0, n0, [&](int row, int col, Sum sum) {
           if constexpr (EPI == W4A8Epilogue::s32) {
             // the split sums are multiples of 2^shift: exact
-            static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> Cfg::kAccShift;
+            static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> kAccShift;
           } else if constexpr (EPI == W4A8Epilogue::group) {
             store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
                         detail::finish<EPI>(p, a_scale(row), col, 0, sum));
           } else {
             store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                        detail::finish<EPI, Cfg::kW8>(p, a_scale(row), col,
-                                                      sum >> Cfg::kAccShift, 0.0f));
+                        detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col,
+                                                      sum >> kAccShift, 0.0f));
           }
         });
     return;
@@ -525,8 +580,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         const int col = col_base + nt * 8;
         if (col >= p.n) continue;
         const bool two = col + 1 < p.n;
-        const int32_t i0 = acc[mt][nt][half * 2] >> Cfg::kAccShift,
-                      i1 = acc[mt][nt][half * 2 + 1] >> Cfg::kAccShift;
+        const int32_t i0 = acc[mt][nt][half * 2] >> kAccShift,
+                      i1 = acc[mt][nt][half * 2 + 1] >> kAccShift;
         if constexpr (EPI == W4A8Epilogue::s32) {
           int32_t* d = static_cast<int32_t*>(p.d) + int64_t(row) * p.ldd + col;
           d[0] = i0;
@@ -535,9 +590,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         } else {
           const float s_a = a_scale(row);
           const float v0 =
-              detail::finish<EPI, Cfg::kW8>(p, s_a, col, i0, facc_of(mt, nt, half * 2));
+              detail::finish<EPI, Cfg::kRowMajorW>(p, s_a, col, i0, facc_of(mt, nt, half * 2));
           const float v1 =
-              two ? detail::finish<EPI, Cfg::kW8>(p, s_a, col + 1, i1, facc_of(mt, nt, half * 2 + 1))
+              two ? detail::finish<EPI, Cfg::kRowMajorW>(p, s_a, col + 1, i1, facc_of(mt, nt, half * 2 + 1))
                   : 0.0f;
           store_float_pair(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v0, v1, two);
         }
