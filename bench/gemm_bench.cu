@@ -134,6 +134,32 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
               dev.sm_count, static_cast<long long>(dev.l2_bytes >> 20), copy_gbps);
 
   std::vector<Record> records;
+  // The JSON is rewritten after every shape, so a run cut short (the device tool's time limit)
+  // still leaves the shapes it finished.
+  auto write_json = [&](bool final) {
+    if (opt.json_path.empty()) return;
+    std::ofstream f(opt.json_path);
+    f << "{\n \"device\": \"" << dev.name << "\",\n \"date\": \"" << today() << "\",\n \"commit\": \""
+      << opt.commit << "\",\n \"cuda_runtime\": \"" << build_info().cuda_runtime
+      << "\",\n \"sm_count\": " << dev.sm_count << ",\n \"l2_bytes\": " << dev.l2_bytes
+      << ",\n \"sm_clock_khz\": " << dev.clock_khz << ",\n \"copy_GBps\": " << copy_gbps
+      << ",\n \"method\": \"CUDA-graph replay of " << opt.iters << " calls, median of " << opt.reps
+      << " replays, weights rotated over >= 3x L2\",\n \"records\": [\n";
+    for (size_t i = 0; i < records.size(); ++i) {
+      const Record& r = records[i];
+      f << "  {\"op\": \"" << r.op << "\", \"M\": " << r.m << ", \"N\": " << r.n << ", \"K\": " << r.k;
+      if (r.error.empty()) {
+        f << ", \"us\": " << r.us << ", \"TOPS\": " << 2.0 * r.m * r.n * r.k / (r.us * 1e6)
+          << ", \"wGBps\": " << r.weight_bytes / (r.us * 1e3) << ", \"kernel\": \"" << r.kernel << "\"";
+      } else {
+        f << ", \"error\": \"" << r.error << "\"";
+      }
+      f << "}" << (i + 1 < records.size() ? "," : "") << "\n";
+    }
+    f << " ]\n}\n";
+    if (final) std::printf("wrote %s\n", opt.json_path.c_str());
+  };
+
   for (const auto& shape : opt.shapes) {
     const int64_t n = shape.n, k = shape.k;
     const int64_t max_m = *std::max_element(opt.ms.begin(), opt.ms.end());
@@ -286,6 +312,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         cublasLtMatmulDescDestroy(desc);
       }
     }
+    write_json(false);
   }
 
   // ---- report ----------------------------------------------------------------------------------
@@ -311,28 +338,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
                 100.0 * gbps / copy_gbps, bf > 0 ? bf / r.us : 0.0, s8 > 0 ? s8 / r.us : 0.0,
                 s8rs > 0 ? s8rs / r.us : 0.0, r.kernel.c_str());
   }
-  if (!opt.json_path.empty()) {
-    std::ofstream f(opt.json_path);
-    f << "{\n \"device\": \"" << dev.name << "\",\n \"date\": \"" << today() << "\",\n \"commit\": \""
-      << opt.commit << "\",\n \"cuda_runtime\": \"" << build_info().cuda_runtime
-      << "\",\n \"sm_count\": " << dev.sm_count << ",\n \"l2_bytes\": " << dev.l2_bytes
-      << ",\n \"sm_clock_khz\": " << dev.clock_khz << ",\n \"copy_GBps\": " << copy_gbps
-      << ",\n \"method\": \"CUDA-graph replay of " << opt.iters << " calls, median of " << opt.reps
-      << " replays, weights rotated over >= 3x L2\",\n \"records\": [\n";
-    for (size_t i = 0; i < records.size(); ++i) {
-      const Record& r = records[i];
-      f << "  {\"op\": \"" << r.op << "\", \"M\": " << r.m << ", \"N\": " << r.n << ", \"K\": " << r.k;
-      if (r.error.empty()) {
-        f << ", \"us\": " << r.us << ", \"TOPS\": " << 2.0 * r.m * r.n * r.k / (r.us * 1e6)
-          << ", \"wGBps\": " << r.weight_bytes / (r.us * 1e3) << ", \"kernel\": \"" << r.kernel << "\"";
-      } else {
-        f << ", \"error\": \"" << r.error << "\"";
-      }
-      f << "}" << (i + 1 < records.size() ? "," : "") << "\n";
-    }
-    f << " ]\n}\n";
-    std::printf("wrote %s\n", opt.json_path.c_str());
-  }
+  write_json(true);
   cublasLtDestroy(lt);
   cublasDestroy(blas);
   cudaStreamDestroy(stream);
