@@ -53,7 +53,8 @@ void run_registry(const QuantizedActivationView* a, const TensorView* x,
   detail::DeviceGuard guard(in.device.index);
   const ActScheme act = a != nullptr ? a->scheme : ActScheme::none;
   LinearProblem p = make_problem({w.format, act}, in.size(0), w.n, w.k, in.device.index);
-  p.aligned16 = rows_aligned16(in) && rows_aligned16(w.q);
+  p.aligned16 = rows_aligned16(in) && rows_aligned16(w.q) && w.scales.is_contiguous() &&
+                reinterpret_cast<uintptr_t>(w.scales.data) % 16 == 0;
   LinearCall call;
   call.a = a;
   call.x = x;
@@ -225,7 +226,11 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
     return s + ", " + describe_int8_mma(device, m, n, k, sm80::W4A8Epilogue::per_channel, 0, 8);
   if (chosen == w4a4_int8_mma_entry().launch)
     return s + ", " +
-           describe_int8_mma(device, m, n, k, sm80::W4A8Epilogue::per_channel, 0, 4, true);
+           describe_int8_mma(device, m, n, k,
+                             format.weight.per_channel() ? sm80::W4A8Epilogue::per_channel
+                                                         : sm80::W4A8Epilogue::group,
+                             format.weight.group_size, 4, true) +
+           "; " + w4a4_granularity_note(device);
   if (!has_packed_layout(format)) return s + "; no packed layout for this format yet";
   const DeviceInfo info = cuda_device_info(device);
   if (info.cc_major < 8) return s + "; packed weights need sm_80+";

@@ -60,12 +60,18 @@ TEST(CudaW4A4, S32ExtremeValuesAtTheEmulationBound) {
   }
 }
 
-TEST(CudaW4A4, LinearMatchesReferenceOnOddShapes) {
+class CudaW4A4Linear : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaW4A4Linear, MatchesReferenceOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
-  const LinearFormat f = parse_linear_format("w4a4_pc");
+  const LinearFormat f = parse_linear_format(GetParam());
   test::Rng rng;  // fresh seed, printed on failure
-  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
+  // K = 352 ends inside a K block (per channel; g128 needs K % 128, and K = 384 is not a
+  // multiple of 256, so g128 runs the fallback there: the same results either way).
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256},
+                                            {40, 384}};
   for (auto [n, k] : nk) {
+    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
     QuantizedWeight qw(f.weight, n, k);
     quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
     const QuantizedWeight qwd = qw.to(Device::cuda());
@@ -90,15 +96,23 @@ TEST(CudaW4A4, LinearMatchesReferenceOnOddShapes) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Formats, CudaW4A4Linear,
+                         ::testing::Values("w4a4_pc", "w4a4_g128", "w4a4_g128_sf32"),
+                         [](const auto& p) { return std::string(p.param); });
+
 TEST(CudaW4A4, DispatchPicksTheTensorCoreKernelAndSaysWhich) {
   NIBBLE_REQUIRE_GPU();
-  const std::string why = explain(parse_linear_format("w4a4_pc"), 16, 4096, 4096, Device::cuda());
-  EXPECT_NE(why.find("runs sm80_w4a4_gemm"), std::string::npos) << why;
   const DeviceInfo info = cuda_device_info(0);
-  EXPECT_NE(why.find(info.cc_major >= 9 ? "two int8 MMAs" : "native int4 MMA"), std::string::npos)
-      << why;
-  // Group-wise W4A4 is not on the tensor cores yet: the fallback runs it, with the same results.
-  EXPECT_NE(explain(parse_linear_format("w4a4_g128"), 16, 4096, 4096, Device::cuda())
+  for (const char* name : {"w4a4_pc", "w4a4_g128"}) {
+    const std::string why = explain(parse_linear_format(name), 16, 4096, 4096, Device::cuda());
+    SCOPED_TRACE(why);
+    EXPECT_NE(why.find("runs sm80_w4a4_gemm"), std::string::npos);
+    EXPECT_NE(why.find(info.cc_major >= 9 ? "two int8 MMAs" : "native int4 MMA"),
+              std::string::npos);
+    EXPECT_NE(why.find("rho = "), std::string::npos);
+  }
+  // g128 with K % 256 != 0 runs the fallback (with the same results, tested above).
+  EXPECT_NE(explain(parse_linear_format("w4a4_g128"), 16, 4096, 384, Device::cuda())
                 .find("runs simt_linear"),
             std::string::npos);
 }

@@ -17,6 +17,15 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
                "l"(gmem), "r"(valid ? 16 : 0));
 }
 
+/// Asynchronous copy of kBytes = 4 or 8 bytes (zero-filled when !valid); the source must be
+/// kBytes-aligned. For small strided tables (a row's few group scales).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(void* smem, const void* gmem, bool valid) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "n"(kBytes), "r"(valid ? kBytes : 0));
+}
+
 /// Same, with an L2 evict-first hint: weights are streamed once per call and should not push
 /// the (reused) activations out of L2.
 __device__ __forceinline__ void cp_async_16_stream(void* smem, const void* gmem, bool valid,

@@ -54,7 +54,8 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
   const std::string sms = " on " + std::to_string(info.sm_count) + " SMs";
   if (a4) {
     const int64_t k_pad = (k / 2 + 127) / 128 * 128;  // bytes
-    return describe(plan_sm80_w4a8(m, n, k, k_pad, epilogue, 0, info.sm_count, 4, true)) + sms +
+    return describe(plan_sm80_w4a8(m, n, k, k_pad, epilogue, group, info.sm_count, 4, true)) +
+           sms +
            (info.cc_major >= 9 ? " (no int4 tensor cores here: two int8 MMAs per int4 step)"
                                : " (native int4 MMA)");
   }
@@ -68,6 +69,37 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
   return describe(plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue, group, info.sm_count,
                                  weight_bits)) +
          sms;
+}
+
+int tensor_to_cuda_core_ratio(int cc_major, int cc_minor) {
+  // Dense MMA and f32 FMA rates per SM per clock, from the vendors' datasheets (TOPS / SMs /
+  // boost clock): sm_80 (A100) int4 8192 vs 128 f32 ops; sm_86 (GA10x) 4096 vs 256; sm_89
+  // (AD10x) 2048 vs 256; sm_90 (H100) no int4 MMA, int8 8192 vs 256.
+  const int cc = cc_major * 10 + cc_minor;
+  switch (cc) {
+    case 80: return 64;
+    case 86:
+    case 87: return 16;
+    case 89: return 8;
+    case 90: return 32;
+    default: return 0;
+  }
+}
+
+std::string w4a4_granularity_note(int device) {
+  const DeviceInfo info = cuda_device_info(device);
+  const int rho = tensor_to_cuda_core_ratio(info.cc_major, info.cc_minor);
+  if (rho == 0) return "W4A4 granularity: rho unknown for this GPU";
+  // Per 128 k a g128 rescale adds an int→float conversion and an FMA per accumulator (on the
+  // CUDA cores) to 256 MMA operations (on the tensor cores): about rho/128 of the MMA time in
+  // FMAs alone, more with the conversions (quarter rate). APEX4 measured g128 W4A4 losing to
+  // 16-bit at rho = 64 and winning at rho <= 16.
+  return "W4A4 granularity: rho = " + std::to_string(rho) +
+         " (tensor-core int" + (info.cc_major >= 9 ? "8" : "4") +
+         " : f32 CUDA-core throughput per SM), a g128 rescale costs at least " +
+         std::to_string(100 * rho / 128) + "% of the MMA time; suggested: " +
+         (rho <= 16 ? "w4a4_g128 (cheap rescale)"
+                    : "w4a4_pc (the per-group rescale would throttle the tensor cores)");
 }
 
 bool rows_aligned16(const TensorView& t) {
@@ -86,14 +118,18 @@ bool cc80(const LinearProblem& p, std::string* why_not) {
 
 bool w4a4_supports(const LinearProblem& p, std::string* why_not) {
   const LinearFormat& f = p.format;
-  if (f.weight.scheme != WeightScheme::s4_sym || !f.weight.per_channel() ||
-      f.act != ActScheme::s4_per_token) {
-    *why_not = "per-channel W4A4 only (group-wise W4A4 runs the fallback for now)";
+  if (f.weight.scheme != WeightScheme::s4_sym || f.act != ActScheme::s4_per_token ||
+      !(f.weight.per_channel() || f.weight.group_size == 128)) {
+    *why_not = "W4A4 per channel or g128 only";
     return false;
   }
   if (!cc80(p, why_not)) return false;
   if (p.k % 32 != 0) {
     *why_not = "K % 32 != 0";
+    return false;
+  }
+  if (!f.weight.per_channel() && p.k % 256 != 0) {
+    *why_not = "K % 256 != 0 (a K block's two g128 scales are copied as one aligned pair)";
     return false;
   }
   if (p.cc >= 90 && p.k > max_int32_accumulation_k(DType::s8, DType::s8)) {
@@ -166,8 +202,21 @@ void w8a8_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
   launch_int8_mma(l, stream);
 }
 
-void w4a4_launch(const LinearProblem& p, const LinearCall& call, Stream stream) {
-  w8a8_launch(p, call, stream);  // the same operands, s4 instead of s8 (row_major_launch)
+void w4a4_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
+  // The W8A8 operands with s4 instead of s8 (row_major_launch), per channel or g128.
+  const QuantizedActivationView& a = *call.a;
+  const QuantizedWeightView& w = *call.w;
+  W4A8Launch l = row_major_launch(a.q, w.q, *call.d);
+  l.epilogue = w.format.per_channel() ? sm80::W4A8Epilogue::per_channel : sm80::W4A8Epilogue::group;
+  l.group = w.format.group_size;
+  l.a_scales = static_cast<const float*>(a.scales.data);
+  l.w_scales = static_cast<const float*>(w.scales.data);  // read as w_scale_dtype
+  l.w_scale_dtype = w.scales.dtype;
+  if (call.bias != nullptr) {
+    l.bias = call.bias->data;
+    l.bias_dtype = call.bias->dtype;
+  }
+  launch_int8_mma(l, stream);
 }
 
 }  // namespace

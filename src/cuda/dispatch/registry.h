@@ -22,7 +22,9 @@ struct LinearProblem {
   int64_t m = 0, n = 0, k = 0;
   int cc = 0;        ///< compute capability, major·10 + minor
   int sm_count = 0;
-  bool aligned16 = true;  ///< every operand 16-byte aligned with 16-byte-multiple row pitches
+  /// Every operand 16-byte aligned with 16-byte-multiple row pitches, and the weight scales a
+  /// contiguous, 16-byte aligned table (what the tensor-core kernels' copies need).
+  bool aligned16 = true;
 };
 
 /// The tensors of one call. `x` is set for A16 formats, `a` otherwise.

@@ -60,28 +60,32 @@ struct Instance<Tile::m128, E, G, D, X> {
 // 8-bit weights (W8A8): a W tile is twice the bytes of an int4 one, so the stage counts drop to
 // keep shared memory near 100 KB per CTA (two CTAs per SM on sm_80 and sm_90); only the
 // per-channel and s32 epilogues exist. The M = 128 tile keeps 2 CTAs/SM with 3 stages.
-// W4A4 (A4) loads its row-major int4 tiles the same way, with the same shared-memory budget.
+// W4A4 (A4) loads its row-major int4 tiles the same way, with the same shared-memory budget;
+// its g128 epilogue (A4 only) keeps a second, f32 accumulator set, so like W4A8's group tiles
+// it uses 32×32 warp tiles at M = 64 and one CTA per SM at M = 128.
 template <Tile T, W4A8Epilogue E, bool A4 = false>
 struct Instance8;
 template <W4A8Epilogue E, bool A4>
 struct Instance8<Tile::m16, E, A4> {
-  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, 0, 1, W4Decode::offset_xor, A4 ? 4 : 8,
-                                   int8_t, A4>;
+  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, E == W4A8Epilogue::group ? 128 : 0, 1,
+                                   W4Decode::offset_xor, A4 ? 4 : 8, int8_t, A4>;
 };
 template <W4A8Epilogue E, bool A4>
 struct Instance8<Tile::m32, E, A4> {
-  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, 0, 1, W4Decode::offset_xor, A4 ? 4 : 8,
-                                   int8_t, A4>;
+  using Cfg = sm80::W4A8GemmConfig<32, 128, 1, 4, 5, E, E == W4A8Epilogue::group ? 128 : 0, 1,
+                                   W4Decode::offset_xor, A4 ? 4 : 8, int8_t, A4>;
 };
 template <W4A8Epilogue E, bool A4>
 struct Instance8<Tile::m64, E, A4> {
-  using Cfg = sm80::W4A8GemmConfig<64, 128, 1, 4, 4, E, 0, 1, W4Decode::offset_xor, A4 ? 4 : 8,
-                                   int8_t, A4>;
+  static constexpr bool kGroup = E == W4A8Epilogue::group;
+  using Cfg = sm80::W4A8GemmConfig<64, 128, kGroup ? 2 : 1, 4, 4, E, kGroup ? 128 : 0, 1,
+                                   W4Decode::offset_xor, A4 ? 4 : 8, int8_t, A4>;
 };
 template <W4A8Epilogue E, bool A4>
 struct Instance8<Tile::m128, E, A4> {
-  using Cfg = sm80::W4A8GemmConfig<128, 128, 2, 4, 3, E, 0, 2, W4Decode::offset_xor, A4 ? 4 : 8,
-                                   int8_t, A4>;
+  static constexpr bool kGroup = E == W4A8Epilogue::group;
+  using Cfg = sm80::W4A8GemmConfig<128, 128, 2, 4, 3, E, kGroup ? 128 : 0, kGroup ? 1 : 2,
+                                   W4Decode::offset_xor, A4 ? 4 : 8, int8_t, A4>;
 };
 
 // The decoding each (tile, epilogue) is instantiated with. high_nibble saves ALU work where
@@ -115,8 +119,11 @@ void launch_tile8(const W4A8GemmParams& p, W4A8Epilogue e, dim3 grid, Stream str
   if (e == W4A8Epilogue::per_channel)
     return launch_config<typename Instance8<T, W4A8Epilogue::per_channel, A4>::Cfg>(p, grid,
                                                                                  stream);
+  if constexpr (A4)
+    if (e == W4A8Epilogue::group)
+      return launch_config<typename Instance8<T, W4A8Epilogue::group, true>::Cfg>(p, grid, stream);
   nibble::detail::fail(ErrorCode::internal,
-                       "sm80_w8a8_gemm / sm80_w4a4_gemm: per-channel or s32 epilogues only");
+                       "sm80_w8a8_gemm / sm80_w4a4_gemm: per-channel, g128 (W4A4) or s32 only");
 }
 
 template <Tile T, W4A8Epilogue E, class X = int8_t>

@@ -133,9 +133,13 @@ struct W4A8GemmConfig {
   /// Weights stored as the logical row-major matrix and loaded like A (int8, or W4A4's int4).
   static constexpr bool kRowMajorW = kW8 || A4_;
   static_assert(!A4_ || (WBITS_ == 4 && std::is_same_v<X_, int8_t> &&
-                         (EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel) &&
+                         (EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel ||
+                          (EPI_ == W4A8Epilogue::group && GROUP_ == 128)) &&
                          DECODE_ == W4Decode::offset_xor),
-                "W4A4: int4 activations in, per-channel or s32, no decoding");
+                "W4A4: int4 activations in, per channel, g128 or s32, no decoding");
+  /// K values per 32-byte MMA step and per 128-byte K block (int4 activations: twice as many).
+  static constexpr int kKPerStep = A4_ ? 64 : 32;
+  static constexpr int kKPerBlock = 4 * kKPerStep;
   static_assert(WBITS_ == 4 || WBITS_ == 8, "weights are int4 or int8");
   static_assert(!kW8 || EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel,
                 "int8 weights are per channel");
@@ -156,7 +160,8 @@ struct W4A8GemmConfig {
   static constexpr int kBK = 128;  // K elements (bytes of A) per stage
   static constexpr bool kGrouped = EPI == W4A8Epilogue::group || EPI == W4A8Epilogue::two_level;
   // Rows of group data one 128-wide K block needs (a 256 group spans two blocks).
-  static constexpr int kGroupRows = kGrouped ? (GROUP >= kBK ? 1 : kBK / GROUP) : 0;
+  static constexpr int kGroupRows =
+      kGrouped ? (GROUP >= kKPerBlock ? 1 : kKPerBlock / GROUP) : 0;
   static constexpr int kABytes = BM * kBK;
   static constexpr int kWBytes = kRowMajorW ? BN * kBK : BN * kBK / 2;  // kBK bytes of A per row
   static constexpr int kScaleBytes = EPI == W4A8Epilogue::group ? kGroupRows * BN * 4 : 0;
@@ -273,7 +278,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         ptx::cp_async_16_stream(w_sh + nb * 512 + part * 16, src, valid, weight_policy);
       }
     }
-    if constexpr (Cfg::kScaleBytes > 0 || Cfg::kParamBytes > 0) {
+    if constexpr (Cfg::kA4 && Cfg::kScaleBytes > 0) {
+      // W4A4 g128: the logical (N, K/128) scale table in its own dtype; a K block's two groups
+      // of one row are adjacent (4 or 8 bytes, aligned since K % 256 == 0), stored as row r's
+      // 8-byte slot.
+      uint8_t* g_sh = w_sh + Cfg::kWBytes;
+      const int groups = p.k / Cfg::GROUP, esize = p.w_scale_dtype == DType::f32 ? 4 : 2;
+      for (int r = tid; r < BN; r += Cfg::kThreads) {
+        const int gn = n0 + r;
+        const bool valid = gn < p.n;
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(p.w_scales) +
+                             (int64_t(valid ? gn : 0) * groups + 2 * kb) * esize;
+        if (esize == 4) ptx::cp_async_small<8>(g_sh + r * 8, src, valid);
+        else ptx::cp_async_small<4>(g_sh + r * 8, src, valid);
+      }
+    } else if constexpr (Cfg::kScaleBytes > 0 || Cfg::kParamBytes > 0) {
       constexpr int kElemBytes = EPI == W4A8Epilogue::group ? 4 : 2;
       constexpr int kChunksPerRow = BN * kElemBytes / 16;
       uint8_t* g_sh = w_sh + Cfg::kWBytes;
@@ -445,7 +464,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int cur = j & 1;
       if (j < 3) load_fragments(j + 1, af[cur ^ 1], bw[cur ^ 1], prm[cur ^ 1], bw8[cur ^ 1]);
       // Group row of this k32 step inside the block's group data.
-      const int grow = Cfg::kGrouped ? (Cfg::GROUP >= 128 ? 0 : (j * 32) / Cfg::GROUP) : 0;
+      const int grow =
+          Cfg::kGrouped ? (Cfg::GROUP >= Cfg::kKPerBlock ? 0 : (j * Cfg::kKPerStep) / Cfg::GROUP)
+                        : 0;
       uint32_t b[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -504,12 +525,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
       if constexpr (EPI == W4A8Epilogue::group) {
         // End of a group: fold the exact int32 partial sums into f32 with the group's scale.
-        if (((kb * 4 + j + 1) % (Cfg::GROUP / 32)) == 0) {
+        if (((kb * 4 + j + 1) % (Cfg::GROUP / Cfg::kKPerStep)) == 0) {
           const float* sc = reinterpret_cast<const float*>(g_sh) + grow * BN;
+          // W4A4: row r's two group scales in its 8-byte slot, in the table's dtype.
+          auto a4_scale = [&](int r) {
+            const uint8_t* slot = g_sh + r * 8;
+            if (p.w_scale_dtype == DType::f32) return reinterpret_cast<const float*>(slot)[grow];
+            const uint16_t bits = reinterpret_cast<const uint16_t*>(slot)[grow];
+            return p.w_scale_dtype == DType::f16
+                       ? __half2float(__ushort_as_half(bits))
+                       : __bfloat162float(__ushort_as_bfloat16(bits));
+          };
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const int col = warp_n * Cfg::WN + nt * 8 + (lane & 3) * 2;
-            const float s0 = sc[col], s1 = sc[col + 1];
+            float s0, s1;
+            if constexpr (Cfg::kA4) {
+              s0 = a4_scale(col);
+              s1 = a4_scale(col + 1);
+            } else {
+              s0 = sc[col];
+              s1 = sc[col + 1];
+            }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               constexpr int sh = kAccShift;  // exact: the sums are multiples of 2^sh
