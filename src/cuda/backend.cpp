@@ -221,10 +221,10 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   const LinearProblem logical = make_problem(format, m, n, k, device);
   std::string s = "logical weights: " + explain_linear(logical);
   // W8A8 and W4A4 kernels read the logical row-major weights: nothing to pack.
-  const auto chosen = select_linear(logical).launch;
-  if (chosen == w8a8_int8_mma_entry().launch)
+  const auto chosen = select_linear(logical).supports;  // the rows share their launcher
+  if (chosen == w8a8_int8_mma_entry().supports)
     return s + ", " + describe_int8_mma(device, m, n, k, sm80::W4A8Epilogue::per_channel, 0, 8);
-  if (chosen == w4a4_int8_mma_entry().launch)
+  if (chosen == w4a4_int8_mma_entry().supports)
     return s + ", " +
            describe_int8_mma(device, m, n, k,
                              format.weight.per_channel() ? sm80::W4A8Epilogue::per_channel

@@ -186,30 +186,16 @@ W4A8Launch row_major_launch(const TensorView& a, const TensorView& w, const Tens
   return l;
 }
 
-void w8a8_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
+// A registry call on logical row-major operands (W8A8 or W4A4): per channel, or g128 (W4A4).
+void row_major_linear_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
   const QuantizedActivationView& a = *call.a;
   const QuantizedWeightView& w = *call.w;
   W4A8Launch l = row_major_launch(a.q, w.q, *call.d);
-  l.epilogue = sm80::W4A8Epilogue::per_channel;
-  l.a_scales = static_cast<const float*>(a.scales.data);
-  l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
-  l.w_scales = static_cast<const float*>(w.scales.data);  // read as w_scale_dtype
-  l.w_scale_dtype = w.scales.dtype;
-  if (call.bias != nullptr) {
-    l.bias = call.bias->data;
-    l.bias_dtype = call.bias->dtype;
-  }
-  launch_int8_mma(l, stream);
-}
-
-void w4a4_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
-  // The W8A8 operands with s4 instead of s8 (row_major_launch), per channel or g128.
-  const QuantizedActivationView& a = *call.a;
-  const QuantizedWeightView& w = *call.w;
-  W4A8Launch l = row_major_launch(a.q, w.q, *call.d);
-  l.epilogue = w.format.per_channel() ? sm80::W4A8Epilogue::per_channel : sm80::W4A8Epilogue::group;
+  l.epilogue =
+      w.format.per_channel() ? sm80::W4A8Epilogue::per_channel : sm80::W4A8Epilogue::group;
   l.group = w.format.group_size;
   l.a_scales = static_cast<const float*>(a.scales.data);
+  l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
   l.w_scales = static_cast<const float*>(w.scales.data);  // read as w_scale_dtype
   l.w_scale_dtype = w.scales.dtype;
   if (call.bias != nullptr) {
@@ -224,13 +210,13 @@ void w4a4_launch(const LinearProblem&, const LinearCall& call, Stream stream) {
 LinearKernel w4a4_int8_mma_entry() {
   return {"sm80_w4a4_gemm (int4 tensor cores on sm_80/86/89, int8 ones on sm_90+; fused "
           "per-token x per-channel epilogue)",
-          w4a4_supports, w4a4_launch};
+          w4a4_supports, row_major_linear_launch};
 }
 
 LinearKernel w8a8_int8_mma_entry() {
   return {"sm80_w8a8_gemm / sm90_w8a8_gemm (int8 tensor cores, fused per-token x per-channel "
           "epilogue)",
-          w8a8_supports, w8a8_launch};
+          w8a8_supports, row_major_linear_launch};
 }
 
 bool int8_mma_handles_s32(const TensorView& a, const TensorView& w) {
