@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -245,16 +246,23 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
           if (weight_only) linear(x, w, nullptr, d, stream);
           else linear(qa, w, nullptr, d, stream);
         });
-        // W4A8 with bf16 activations in: the per-token quantization included (fused into the
-        // GEMM for M <= 16, a separate kernel above).
-        if (!weight_only && f.act == ActScheme::s8_per_token)
-          add(o.format + ".bf16_in", packed_bytes(o.packed[0]),
-              m <= 16 ? "sm80_w4a8_gemm with fused per-token quantization"
-                      : "act_quant kernel + " + kernel,
-              [&, d, x](int i) {
-                linear(x, o.packed[static_cast<size_t>(i) % o.packed.size()].view(), nullptr, d,
-                       stream);
-              });
+        // W4A8 with bf16 activations in, the per-token quantization included: the activation
+        // kernel + the int8 GEMM (the default), and for M <= 16 the fused one-launch path
+        // (NIBBLE_FUSED_ACT_QUANT=1, read by each call, so it is set around the timing).
+        if (!weight_only && f.act == ActScheme::s8_per_token) {
+          auto bf16_in = [&, d, x](int i) {
+            linear(x, o.packed[static_cast<size_t>(i) % o.packed.size()].view(), nullptr, d,
+                   stream);
+          };
+          add(o.format + ".bf16_in", packed_bytes(o.packed[0]), "act_quant kernel + " + kernel,
+              bf16_in);
+          if (m <= 16) {
+            setenv("NIBBLE_FUSED_ACT_QUANT", "1", 1);
+            add(o.format + ".bf16_in_fused", packed_bytes(o.packed[0]),
+                "sm80_w4a8_gemm with fused per-token quantization", bf16_in);
+            unsetenv("NIBBLE_FUSED_ACT_QUANT");
+          }
+        }
       }
       // cuBLAS bf16: D (M, N) row-major = A (M, K) · W (N, K)ᵀ, i.e. column-major Dᵀ = W·Aᵀ.
       add("cublas_bf16", double(n) * k * 2, "cublasGemmEx bf16, f32 accumulate", [&](int i) {

@@ -56,10 +56,11 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 /// With W4A8 weights (layout w4_mma_k128) the activations are first quantized per token to
 /// int8 (dynamic, the same codes and scales as quantize_activation), so the result equals
 /// quantize_activation + the quantized-activation overload (bit for bit when the same kernel
-/// runs both; the f32 epilogue's rounding may differ between kernels). On CUDA, for bf16/f16 x
-/// and M ≤ 16 the quantization runs inside the GEMM — one launch; for f32 x or larger M it runs
-/// as a separate kernel into a per-stream workspace (allocated on the first call: capture CUDA
-/// graphs after a warm-up call).
+/// runs both; the f32 epilogue's rounding may differ between kernels). On CUDA the activation
+/// kernel quantizes into a per-stream workspace (allocated on the first call: capture CUDA
+/// graphs after a warm-up call) and the int8 kernels follow; NIBBLE_FUSED_ACT_QUANT=1 runs the
+/// quantization inside the GEMM instead for bf16/f16 x and M ≤ 16 (one launch; the same bytes,
+/// but measured slower on the H100 for now: docs/kernels.md).
 void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
 

@@ -423,7 +423,7 @@ def linear(a: Union[QuantizedActivation, Array], w: Union[QuantizedWeight, Packe
     With float activations ``a`` (M, K) f32/f16/bf16 — weight-only W4A16 / W8A16:
       D = a · deq(W)ᵀ, products and sums in f32; or, with a W4A8 PackedWeight, ``a`` is first
       quantized per token to int8 exactly as `quantize_activation` does (on CUDA inside the
-      GEMM for M <= 16: one launch).
+      GEMM for M <= 16 when NIBBLE_FUSED_ACT_QUANT=1).
     ``w`` is a QuantizedWeight, or a PackedWeight: W4A8 with s8 activations (on CUDA the
     int8 tensor-core kernels, K % 32 == 0), or W4A16 / W8A16 with float activations (on CUDA
     the 16-bit tensor-core kernel: ``a`` bf16/f16, K % 8 == 0; group-wise weights are rounded
@@ -468,8 +468,8 @@ def quantized_linear(x: Array, w: Union[QuantizedWeight, PackedWeight],
     if lf.weight_only:
         return linear(x, w, bias, out=out, stream=s)
     if isinstance(w, PackedWeight) and w.layout == "w4_mma_k128" and lf.act == "s8_per_token":
-        # One call: the per-token quantization runs inside the W4A8 GEMM on CUDA for M <= 16
-        # (the same codes and scales as quantize_activation), in the C++ layer otherwise.
+        # One call: per-token quantization (the same codes and scales as quantize_activation),
+        # then the int8 GEMM, in C++.
         return linear(x, w, bias, out=out, stream=s)
     if lf.static:
         if act_scale is None:

@@ -1,6 +1,7 @@
 // The CUDA backend behind the public API: kernel-specific preconditions, selection, launch.
 #include "cuda/backend.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "common/check.h"
@@ -146,14 +147,21 @@ sm80::WeightOnlyDequant dequant_of(const WeightFormat& w) {
 }  // namespace
 
 namespace {
-// W4A8 packed weights with float activations: 16-bit ones are quantized per token inside the
-// GEMM for M ≤ kFusedQuantMaxTokens (one launch: the decode path); otherwise (and for f32) the
-// activation kernel quantizes them into the stream's activation workspace, followed by the
-// int8-activation kernels.
+// W4A8 packed weights with float activations: the activation kernel quantizes them into the
+// stream's activation workspace, then the int8-activation kernels run (two launches). The fused
+// path (16-bit x quantized inside sm80_w4a8_gemm, one launch, M ≤ kFusedQuantMaxTokens) gives
+// the same bytes but measured slower on the H100 (2026-11-23: 1.26–3.8× the int8-in GEMM alone,
+// where the two launches cost about the GEMM plus a few µs), so it runs only when
+// NIBBLE_FUSED_ACT_QUANT=1 asks for it, until it is made faster.
+bool fused_act_quant_enabled() {
+  const char* v = std::getenv("NIBBLE_FUSED_ACT_QUANT");
+  return v != nullptr && v[0] == '1';
+}
+
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (m <= kFusedQuantMaxTokens && x.dtype != DType::f32) {
+  if (m <= kFusedQuantMaxTokens && x.dtype != DType::f32 && fused_act_quant_enabled()) {
     W4A8Launch l = w4a8_launch(x, w, bias, d);
     l.a = nullptr;  // x is the A source, quantized in the kernel
     l.x = x.data;
@@ -251,11 +259,11 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
                                   format.weight.group_size, 4);
   if (format.act != ActScheme::s8_per_token) return s;
   return s + "; with bf16/f16 activations (linear(x, packed)) " +
-         (m <= kFusedQuantMaxTokens
+         (m <= kFusedQuantMaxTokens && fused_act_quant_enabled()
               ? std::string("the per-token quantization is fused into sm80_w4a8_gemm's 16-row "
-                            "tile (one launch)")
-              : std::string("act_quant quantizes them first (M > ") +
-                    std::to_string(kFusedQuantMaxTokens) + ")");
+                            "tile (one launch, NIBBLE_FUSED_ACT_QUANT=1)")
+              : std::string("act_quant quantizes them first (two launches; the fused one-launch "
+                            "path is slower for now, NIBBLE_FUSED_ACT_QUANT=1 selects it)"));
 }
 
 }  // namespace nibble::cuda

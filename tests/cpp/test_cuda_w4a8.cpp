@@ -180,12 +180,22 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.format) + "_" + to_string(p.param.out);
     });
 
-// Float activations with W4A8 weights: quantized per token inside the GEMM for M <= 16 (one
-// launch), by the activation kernel otherwise. Either way the int8 codes and scales are those of
+// Float activations with W4A8 weights: quantized per token inside the GEMM for M <= 16 when
+// NIBBLE_FUSED_ACT_QUANT=1 (one launch; forced here), by the activation kernel otherwise. Either way the int8 codes and scales are those of
 // quantize_activation, so with the same kernel (sm80_w4a8_gemm forced) the output bytes equal
 // quantize_activation + linear; with the dispatcher's choice, the CPU reference's tolerance.
+// Turns the fused-quantization path on for the scope (dispatch reads NIBBLE_FUSED_ACT_QUANT).
+class FuseActQuant {
+ public:
+  FuseActQuant() { setenv("NIBBLE_FUSED_ACT_QUANT", "1", 1); }
+  ~FuseActQuant() { unsetenv("NIBBLE_FUSED_ACT_QUANT"); }
+  FuseActQuant(const FuseActQuant&) = delete;
+  FuseActQuant& operator=(const FuseActQuant&) = delete;
+};
+
 TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
   NIBBLE_REQUIRE_GPU();
+  const FuseActQuant fuse;
   const LinearFormat f = parse_linear_format(GetParam().format);
   if (f.act != ActScheme::s8_per_token) GTEST_SKIP() << "float-in W4A8 is dynamic per token";
   const DType out = GetParam().out;
@@ -231,6 +241,7 @@ TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
 #if NIBBLE_WITH_CUDA
 TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
   NIBBLE_REQUIRE_GPU();
+  const FuseActQuant fuse;
   // The decode step's linear: bf16 in, bf16 out, one launch, inside a captured graph.
   test::Rng rng;
   const int64_t m = 1, n = 4096, k = 4096;

@@ -128,7 +128,7 @@ def linear_packed(x: Tensor, q: Tensor, scales: Tensor, group_params: Optional[T
     out = torch.empty((x.shape[0], n), dtype=x.dtype, device=x.device)
     if lf.weight_only or (layout == "w4_mma_k128" and lf.act == "s8_per_token"):
         # weight-only: x used as it is; W4A8 dynamic: x quantized per token inside the C++ call
-        # (inside the GEMM on CUDA for M <= 16: one launch per linear in decode)
+        # (in C++: the activation kernel, then the int8 GEMM)
         _C.linear_packed_a16(arg(x), w, arg(bias), out, s)
     else:
         a, _, _ = _quantize(x, lf.act, act_scale, s)
