@@ -225,8 +225,10 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       for (const Ours& o : ours) {
         const LinearFormat f = parse_linear_format(o.format);
         QuantizedActivationView qa;
-        qa.scheme = ActScheme::s8_per_token;
-        qa.q = TensorView::contiguous(a_s8.p, DType::s8, {m, k}, Device::cuda());
+        // int8 activations, or int4 ones for W4A4 (the random bytes are valid codes either way).
+        const bool a4 = f.act == ActScheme::s4_per_token;
+        qa.scheme = a4 ? ActScheme::s4_per_token : ActScheme::s8_per_token;
+        qa.q = TensorView::contiguous(a_s8.p, a4 ? DType::s4 : DType::s8, {m, k}, Device::cuda());
         qa.scales = TensorView::contiguous(a_scales.p, DType::f32, {m}, Device::cuda());
         const TensorView d = TensorView::contiguous(d_out.p, DType::bf16, {m, n}, Device::cuda());
         std::string kernel = explain(f, m, n, k, Device::cuda());
