@@ -12,7 +12,8 @@
 #
 #   usage: NIBBLE_MODEL=/path/SmolLM2-135M-Instruct.Q4_1.gguf scripts/gpu-runner-check.sh
 #          [--skip-build] [--bench-only]
-# Env: OUT (default build/gpu-runner-check), NIBBLE_MODEL (the SmolLM2 GGUF; without it the
+# Env: OUT (default build/gpu-runner-check), BUILD_DIR (default build/gpu; with --skip-build, an
+#      existing CUDA build such as scripts/gpu-check.sh's build/cuda), NIBBLE_MODEL (the SmolLM2 GGUF; without it the
 #      SmolLM2 checks are skipped and reported as such), NIBBLE_COMMIT (recorded in the JSON),
 #      NIBBLE_BENCH_FORMATS (default below), JOBS (default 16).
 # Files written to $OUT (6, flat): build.log gpu-tests.log smollm2.log bench-model.log
@@ -23,7 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/build/gpu-runner-check}"
 mkdir -p "$out"
-build_dir=build/gpu
+build_dir="${BUILD_DIR:-build/gpu}"
 jobs="${JOBS:-16}"
 skip_build=0 bench_only=0
 for a in "$@"; do

@@ -91,18 +91,18 @@ int run_demo(const Args& args) {
     QuantizedWeight qw_host(f.weight, n, k);
     quantize_weight(w.view(), qw_host.view());
     const QuantizedWeight qw = qw_host.to(device);
-    // On a GPU, formats with a tensor-core kernel run from packed weights (pack_weight).
-    const bool packed = device.type == DeviceType::cuda && k % 32 == 0 &&
-                        (f.act == ActScheme::s8_per_token || f.act == ActScheme::s8_per_tensor) &&
-                        (f.weight.scheme == WeightScheme::s4_sym ||
-                         f.weight.scheme == WeightScheme::s4_two_level);
+    // On a GPU, formats with a packed layout (W4A8, W4A16, W8A16) run from packed weights, as a
+    // deployment would; W8A8 and W4A4 kernels read the logical weights.
+    const bool packed = device.type == DeviceType::cuda && has_packed_layout(f) && k % 32 == 0;
     const PackedWeight pw = packed ? pack_weight(qw_host.view(), device) : PackedWeight();
     Tensor d = Tensor::empty(DType::bf16, {m, n}, device);
     QuantizedActivation qa;
     if (f.act != ActScheme::none) qa = QuantizedActivation(f.act, m, k, device);
     // One call = activation quantization (if any) + the quantized linear.
     auto call = [&] {
-      if (f.act == ActScheme::none) return linear(x_dev.view(), qw.view(), nullptr, d.view());
+      if (f.act == ActScheme::none)
+        return packed ? linear(x_dev.view(), pw.view(), nullptr, d.view())
+                      : linear(x_dev.view(), qw.view(), nullptr, d.view());
       if (f.act == ActScheme::s8_per_tensor)  // "calibrated" on this very input: max|x| / 127
         quantize_activation_static(x_dev.view(), static_amax / 127.0f, qa.view());
       else
@@ -121,15 +121,13 @@ int run_demo(const Args& args) {
     }
     std::sort(times.begin(), times.end());
     const double bits = effective_bits_per_weight(f.weight, k);
-    // explain() describes both paths on a GPU; show the one this call took.
-    std::string kernel = explain(f, m, n, k, device);
-    const auto packed_at = kernel.find("packed weights (pack_weight): ");
-    if (packed && packed_at != std::string::npos)
-      kernel = kernel.substr(packed_at + 30);
-    else
-      kernel = kernel.substr(kernel.find(": ") + 2, kernel.find(';') == std::string::npos
-                                                        ? std::string::npos
-                                                        : kernel.find(';') - kernel.find(": ") - 2);
+    // explain() describes the logical-weight path, then the packed one; show the one this call
+    // took: the text after "runs " of that part, up to the next "; ".
+    const std::string text = explain(f, m, n, k, device);
+    const size_t part = packed ? text.find("packed weights") : 0;
+    const size_t runs = text.find("runs ", part == std::string::npos ? 0 : part);
+    std::string kernel = runs == std::string::npos ? text : text.substr(runs + 5);
+    if (kernel.find("; ") != std::string::npos) kernel.resize(kernel.find("; "));
     std::printf("%-18s %8.3f %9.2f %10.2e %11.1f  %s\n", to_string(f).c_str(), bits,
                 bits * double(n * k) / 8e6, rel_frobenius(to_f32(d), ref), times[times.size() / 2],
                 kernel.c_str());
