@@ -119,7 +119,7 @@ fi
 stage "bench-model: Llama-3-8B shapes, random weights ($formats)"
 timeout 420 "$nibble" bench-model --random-weights --arch llama3-8b --device cuda \
   --format "$formats" --head-formats bf16,same --prompt-len 2048 --short-prompt-len 16 -n 64 \
-  --json "$out/bench-model.json" --commit "$commit" > "$out/bench-model.log" 2>&1
+  --json "$out/bench-model.json" --commit "$commit" --profile-decode > "$out/bench-model.log" 2>&1
 bench_rc=$?
 grep -vE "^  |^== " "$out/bench-model.log" | tail -25
 if [ $bench_rc -ne 0 ]; then echo "FAILED: bench-model (rc=$bench_rc), see $out/bench-model.log"; status=1; fi

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/parallel.h"
 #include "cpu/reference.h"
 #include "cpu/view_access.h"
 #include "nibble/formats.h"
@@ -52,98 +53,101 @@ void quantize_weight(const TensorView& w, const QuantizedWeightView& out) {
   const int64_t n_rows = out.n, k_cols = out.k;
   const int64_t g = f.per_channel() ? k_cols : f.group_size;
   const int64_t groups = k_cols / g;
-  std::vector<float> row(static_cast<size_t>(k_cols));
-  for (int64_t n = 0; n < n_rows; ++n) {
-    for (int64_t k = 0; k < k_cols; ++k) {
-      row[static_cast<size_t>(k)] = get_float(w, n, k);
-      if (!std::isfinite(row[static_cast<size_t>(k)]))
-        detail::fail(ErrorCode::invalid_argument,
-                     "nibble::quantize_weight: argument 'w' must be finite, got a NaN or "
-                     "infinity at (" + std::to_string(n) + ", " + std::to_string(k) + ")");
-    }
-    if (f.scheme == WeightScheme::s4_two_level) {
-      // Level 1: per-channel int8 in the protective range [-119, 119], so that level 2's
-      // rounding (at most 8 = 16/2 steps) keeps every reconstructed w8 within int8.
-      float amax = 0.0f;
-      for (float v : row) amax = std::max(amax, std::fabs(v));
-      const float s_ch = stored_scale(amax, 119.0f, f.scale_dtype, n);
-      set_float(out.scales, n, 0, s_ch);
-      std::vector<int> w8(static_cast<size_t>(k_cols));
-      for (int64_t k = 0; k < k_cols; ++k)
-        w8[static_cast<size_t>(k)] = quantize_int(row[static_cast<size_t>(k)], s_ch, -119, 119);
-      // Level 2: per group, uint4 with integer scale gs ∈ [1, 16] and zero gz ∈ [0, 15].
+  // Rows are independent: ranges of them on host threads (an 8B model has 7e9 weights).
+  detail::parallel_rows(n_rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(k_cols));
+    for (int64_t n = r0; n < r1; ++n) {
+      for (int64_t k = 0; k < k_cols; ++k) {
+        row[static_cast<size_t>(k)] = get_float(w, n, k);
+        if (!std::isfinite(row[static_cast<size_t>(k)]))
+          detail::fail(ErrorCode::invalid_argument,
+                       "nibble::quantize_weight: argument 'w' must be finite, got a NaN or "
+                       "infinity at (" + std::to_string(n) + ", " + std::to_string(k) + ")");
+      }
+      if (f.scheme == WeightScheme::s4_two_level) {
+        // Level 1: per-channel int8 in the protective range [-119, 119], so that level 2's
+        // rounding (at most 8 = 16/2 steps) keeps every reconstructed w8 within int8.
+        float amax = 0.0f;
+        for (float v : row) amax = std::max(amax, std::fabs(v));
+        const float s_ch = stored_scale(amax, 119.0f, f.scale_dtype, n);
+        set_float(out.scales, n, 0, s_ch);
+        std::vector<int> w8(static_cast<size_t>(k_cols));
+        for (int64_t k = 0; k < k_cols; ++k)
+          w8[static_cast<size_t>(k)] = quantize_int(row[static_cast<size_t>(k)], s_ch, -119, 119);
+        // Level 2: per group, uint4 with integer scale gs ∈ [1, 16] and zero gz ∈ [0, 15].
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          int lo = 0, hi = 0;
+          for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
+            lo = std::min(lo, w8[static_cast<size_t>(k)]);
+            hi = std::max(hi, w8[static_cast<size_t>(k)]);
+          }
+          const int gs = std::max(1, (hi - lo + 14) / 15);  // ceil((hi - lo) / 15)
+          const int gz = std::clamp(static_cast<int>(round_half_even(static_cast<float>(-lo) /
+                                                                      static_cast<float>(gs))),
+                                    0, 15);
+          set_int(out.group_scales, n, gi, gs);
+          set_int(out.zeros, n, gi, gz);
+          for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
+            const float r = round_half_even(static_cast<float>(w8[static_cast<size_t>(k)]) /
+                                            static_cast<float>(gs));
+            set_int(out.q, n, k, std::clamp(static_cast<int>(r) + gz, 0, 15));
+          }
+        }
+        continue;
+      }
       for (int64_t gi = 0; gi < groups; ++gi) {
-        int lo = 0, hi = 0;
-        for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
-          lo = std::min(lo, w8[static_cast<size_t>(k)]);
-          hi = std::max(hi, w8[static_cast<size_t>(k)]);
+        const int64_t k0 = gi * g, k1 = k0 + g;
+        float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+        for (int64_t k = k0; k < k1; ++k) {
+          const float v = row[static_cast<size_t>(k)];
+          amax = std::max(amax, std::fabs(v));
+          if (k == k0 && f.scheme == WeightScheme::u4_fzp) lo = hi = v;
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
         }
-        const int gs = std::max(1, (hi - lo + 14) / 15);  // ceil((hi - lo) / 15)
-        const int gz = std::clamp(static_cast<int>(round_half_even(static_cast<float>(-lo) /
-                                                                    static_cast<float>(gs))),
-                                  0, 15);
-        set_int(out.group_scales, n, gi, gs);
-        set_int(out.zeros, n, gi, gz);
-        for (int64_t k = gi * g; k < (gi + 1) * g; ++k) {
-          const float r = round_half_even(static_cast<float>(w8[static_cast<size_t>(k)]) /
-                                          static_cast<float>(gs));
-          set_int(out.q, n, k, std::clamp(static_cast<int>(r) + gz, 0, 15));
-        }
-      }
-      continue;
-    }
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      const int64_t k0 = gi * g, k1 = k0 + g;
-      float lo = 0.0f, hi = 0.0f, amax = 0.0f;
-      for (int64_t k = k0; k < k1; ++k) {
-        const float v = row[static_cast<size_t>(k)];
-        amax = std::max(amax, std::fabs(v));
-        if (k == k0 && f.scheme == WeightScheme::u4_fzp) lo = hi = v;
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-      }
-      const int64_t sc = f.per_channel() ? 0 : gi;  // column of this group's scale
-      switch (f.scheme) {
-        case WeightScheme::s4_sym:
-        case WeightScheme::s8_sym: {
-          const int qmax = weight_qmax(f.scheme);
-          const float s = stored_scale(amax, static_cast<float>(qmax), f.scale_dtype, n);
-          set_float(out.scales, n, sc, s);
-          for (int64_t k = k0; k < k1; ++k)
-            set_int(out.q, n, k,
-                    quantize_int(row[static_cast<size_t>(k)], s, weight_qmin(f.scheme), qmax));
-          break;
-        }
-        case WeightScheme::u4_asym: {
-          // The range includes 0 so that the integer zero point z = round(-lo/s) is in [0, 15].
-          const float s = stored_scale(hi - lo, 15.0f, f.scale_dtype, n);
-          const int z =
-              s == 0.0f ? 0 : std::clamp(static_cast<int>(round_half_even(-lo / s)), 0, 15);
-          set_float(out.scales, n, sc, s);
-          set_int(out.zeros, n, sc, z);
-          for (int64_t k = k0; k < k1; ++k) {
-            const int q = quantize_int(row[static_cast<size_t>(k)], s, -1000, 1000) + z;
-            set_int(out.q, n, k, std::clamp(q, 0, 15));
+        const int64_t sc = f.per_channel() ? 0 : gi;  // column of this group's scale
+        switch (f.scheme) {
+          case WeightScheme::s4_sym:
+          case WeightScheme::s8_sym: {
+            const int qmax = weight_qmax(f.scheme);
+            const float s = stored_scale(amax, static_cast<float>(qmax), f.scale_dtype, n);
+            set_float(out.scales, n, sc, s);
+            for (int64_t k = k0; k < k1; ++k)
+              set_int(out.q, n, k,
+                      quantize_int(row[static_cast<size_t>(k)], s, weight_qmin(f.scheme), qmax));
+            break;
           }
-          break;
-        }
-        case WeightScheme::u4_fzp: {
-          // tinygemm / torchao FLOAT zero-point domain: zero is the real value at q = 8.
-          const float s = stored_scale(hi - lo, 15.0f, f.scale_dtype, n);
-          const float zero = round_to_dtype(lo + 8.0f * s, f.scale_dtype);
-          set_float(out.scales, n, sc, s);
-          set_float(out.zeros, n, sc, zero);
-          for (int64_t k = k0; k < k1; ++k) {
-            const int q = s == 0.0f ? 8 : quantize_int(row[static_cast<size_t>(k)] - zero, s,
-                                                       -1000, 1000) + 8;
-            set_int(out.q, n, k, std::clamp(q, 0, 15));
+          case WeightScheme::u4_asym: {
+            // The range includes 0 so that the integer zero point z = round(-lo/s) is in [0, 15].
+            const float s = stored_scale(hi - lo, 15.0f, f.scale_dtype, n);
+            const int z =
+                s == 0.0f ? 0 : std::clamp(static_cast<int>(round_half_even(-lo / s)), 0, 15);
+            set_float(out.scales, n, sc, s);
+            set_int(out.zeros, n, sc, z);
+            for (int64_t k = k0; k < k1; ++k) {
+              const int q = quantize_int(row[static_cast<size_t>(k)], s, -1000, 1000) + z;
+              set_int(out.q, n, k, std::clamp(q, 0, 15));
+            }
+            break;
           }
-          break;
+          case WeightScheme::u4_fzp: {
+            // tinygemm / torchao FLOAT zero-point domain: zero is the real value at q = 8.
+            const float s = stored_scale(hi - lo, 15.0f, f.scale_dtype, n);
+            const float zero = round_to_dtype(lo + 8.0f * s, f.scale_dtype);
+            set_float(out.scales, n, sc, s);
+            set_float(out.zeros, n, sc, zero);
+            for (int64_t k = k0; k < k1; ++k) {
+              const int q = s == 0.0f ? 8 : quantize_int(row[static_cast<size_t>(k)] - zero, s,
+                                                         -1000, 1000) + 8;
+              set_int(out.q, n, k, std::clamp(q, 0, 15));
+            }
+            break;
+          }
+          case WeightScheme::s4_two_level: break;  // handled above
         }
-        case WeightScheme::s4_two_level: break;  // handled above
       }
     }
-  }
+  });
 }
 
 float dequantize_weight_element(const QuantizedWeightView& w, int64_t n, int64_t k) {

@@ -4,6 +4,7 @@
 
 #include "api/validate.h"
 #include "common/check.h"
+#include "common/parallel.h"
 #include "cpu/view_access.h"
 #include "nibble/layout.h"
 
@@ -105,10 +106,10 @@ void check_two_level_value(const detail::ArgCheck& check, const QuantizedWeightV
                            int64_t k, int v) {
   const int64_t gi = k / w.format.group_size;
   const int w8 = cpu::get_int(w.group_scales, n, gi) * (v - cpu::get_int(w.zeros, n, gi));
-  check.condition(w8 >= -128 && w8 <= 127, "w.group_scales",
-                  "and w.zeros must make every w8 = g_s·(q − g_z) an int8, got " +
-                      std::to_string(w8) + " at (" + std::to_string(n) + ", " +
-                      std::to_string(k) + ")");
+  if (w8 < -128 || w8 > 127)  // (the message is built only on failure: this runs per weight)
+    check.fail("w.group_scales", "and w.zeros must make every w8 = g_s·(q − g_z) an int8, got " +
+                                     std::to_string(w8) + " at (" + std::to_string(n) + ", " +
+                                     std::to_string(k) + ")");
 }
 
 void pack_two_level_params(const detail::ArgCheck& check, const QuantizedWeightView& w,
@@ -118,11 +119,11 @@ void pack_two_level_params(const detail::ArgCheck& check, const QuantizedWeightV
     for (int64_t n = 0; n < w.n; ++n) {
       const int gs = cpu::get_int(w.group_scales, n, gi), gz = cpu::get_int(w.zeros, n, gi);
       const int offset = 128 - gs * gz;  // u·g_s + offset = w8 + 128, one byte per value
-      check.condition(gs >= 1 && gz >= 0 && gz <= 15 && offset >= 0 && offset <= 255,
-                      "w.group_scales",
-                      "and w.zeros must be g_s ≥ 1, g_z ∈ [0, 15], 128 − g_s·g_z ∈ [0, 255], got g_s=" +
-                          std::to_string(gs) + " g_z=" + std::to_string(gz) + " at (" +
-                          std::to_string(n) + ", group " + std::to_string(gi) + ")");
+      if (!(gs >= 1 && gz >= 0 && gz <= 15 && offset >= 0 && offset <= 255))
+        check.fail("w.group_scales",
+                   "and w.zeros must be g_s ≥ 1, g_z ∈ [0, 15], 128 − g_s·g_z ∈ [0, 255], got g_s=" +
+                       std::to_string(gs) + " g_z=" + std::to_string(gz) + " at (" +
+                       std::to_string(n) + ", group " + std::to_string(gi) + ")");
       params[(gi * p.n_pad + n) * 2] = static_cast<uint8_t>(gs);
       params[(gi * p.n_pad + n) * 2 + 1] = static_cast<uint8_t>(offset);
     }
@@ -234,12 +235,15 @@ PackedWeight pack_weight(const QuantizedWeightView& w, WeightLayout layout, Devi
   if (two_level) check_cpu_matrix(check, w.group_scales, "w.group_scales", st.group_scales);
   PackedWeight p = allocate_packed(layout, f, true, w.n, w.k);
   const int offset = stored_offset(f.scheme);
-  for (int64_t n = 0; n < w.n; ++n)
-    for (int64_t k = 0; k < w.k; ++k) {
-      const int v = cpu::get_int(w.q, n, k);
-      if (two_level) check_two_level_value(check, w, n, k, v);
-      put_value(p, n, k, v + offset);
-    }
+  // Every packed byte holds values of one row only (docs/layouts.md): row ranges in parallel.
+  detail::parallel_rows(w.n, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n)
+      for (int64_t k = 0; k < w.k; ++k) {
+        const int v = cpu::get_int(w.q, n, k);
+        if (two_level) check_two_level_value(check, w, n, k, v);
+        put_value(p, n, k, v + offset);
+      }
+  });
   float* scales = static_cast<float*>(p.scales.data());
   if (f.per_channel() || two_level) {
     for (int64_t n = 0; n < w.n; ++n) scales[n] = cpu::get_float(w.scales, n, 0);

@@ -85,6 +85,19 @@ class Backend {
   /// Seconds the last prompt (a forward call of several tokens) spent in attention, when the
   /// backend measures it (CUDA with BackendOptions::time_prefill_attention); < 0 otherwise.
   virtual double last_prefill_attention_seconds() const { return -1.0; }
+
+  /// GPU time of one decode step op by op (CUDA; empty elsewhere): the token at position pos
+  /// (cache rules as forward; its logits are discarded) runs eagerly behind a GPU-side wait, so
+  /// every launch is queued before the first op starts and the events between ops time the GPU
+  /// alone, launch gaps between back-to-back kernels included as in a graph replay.
+  struct OpTime {
+    std::string op;       ///< "add_rmsnorm", "qkv", "attention", ...
+    int calls = 0;        ///< launches of that op in the step (one per layer for most)
+    double seconds = 0;   ///< summed over the calls
+  };
+  virtual std::vector<OpTime> profile_decode_step(int32_t /*token*/, int64_t /*pos*/) {
+    return {};
+  }
 };
 
 /// Backend::forward's argument check, shared by every backend: at least one token, and positions

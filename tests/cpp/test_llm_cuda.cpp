@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -644,6 +645,36 @@ TEST(LlmCudaBackend, GraphReplayEqualsEagerLaunches) {
         ASSERT_EQ(g, e) << "step " << p;
     }
   }
+}
+
+TEST(LlmCudaBackend, ProfiledDecodeStepTimesEveryOpAndLeavesTheStateAsADecodeStep) {
+  NIBBLE_REQUIRE_GPU();
+  const ModelConfig c = untied_config();
+  auto profiled = backend("cuda", c, options("w4a8_pc"));
+  auto plain = backend("cuda", c, options("w4a8_pc"));
+  const auto prompt = prompt_of(9, c.vocab_size);
+  logits_of(*profiled, prompt, 0, true);
+  logits_of(*plain, prompt, 0, true);
+  const int32_t token = 5;
+  const auto ops = profiled->profile_decode_step(token, 9);
+  const int64_t layers = profiled->n_layers();
+  const std::map<std::string, int64_t> want = {
+      {"embedding", 1},      {"add_rmsnorm", 2 * layers + 1}, {"qkv", layers},
+      {"attention", layers}, {"o", layers},                   {"gate_up", layers},
+      {"swiglu", layers},    {"down", layers},                {"head", 1}};
+  ASSERT_EQ(ops.size(), want.size());
+  for (const auto& op : ops) {
+    ASSERT_TRUE(want.count(op.op)) << op.op;
+    EXPECT_EQ(op.calls, want.at(op.op)) << op.op;
+    EXPECT_GT(op.seconds, 0.0) << op.op;
+    EXPECT_LT(op.seconds, 0.04) << op.op << ": the GPU-side wait leaked into the first op?";
+  }
+  // The profiled step wrote the KV cache at position 9 as a decode step does.
+  logits_of(*plain, {token}, 9, true);
+  const std::vector<int32_t> next = {11};
+  EXPECT_EQ(logits_of(*profiled, next, 10, true), logits_of(*plain, next, 10, true));
+  EXPECT_THROW(profiled->profile_decode_step(token, profiled->max_context()), Error);
+  EXPECT_THROW(profiled->profile_decode_step(-1, 9), Error);
 }
 
 TEST(LlmCudaBackend, FusedInt8QuantizationEqualsQuantizeActivation) {

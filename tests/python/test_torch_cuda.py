@@ -86,10 +86,16 @@ def test_linear_every_format_against_cpu(gen, fmt, m, out):
     ref = nibble.quantized_linear(xg.cpu(), qw, fmt, bias, act_scale=scale)
     tol = REL_TOL_F32_OUT if out == torch.float32 else REL_TOL_HALF_OUT
     assert got.dtype == out and rel_fro(got.cpu().float(), ref.float()) < tol
-    if lf.packable(k):
-        p = nibble.pack_weight(cuda_weight(qw))
-        a = (nibble.quantize_activation_static(xg, scale) if lf.static
-             else nibble.quantize_activation(xg))
+    # The same through the format's packed layout (s4_sym g128 weights pack for W4A8 or W4A16).
+    # The 16-bit tensor cores take 16-bit activations: W4A16 / W8A16 with f32 x stay unpacked.
+    if lf.packable(k) and not (lf.weight_only and out == torch.float32):
+        p = nibble.pack_weight(cuda_weight(qw), nibble.packed_layout(lf))
+        if lf.weight_only:
+            a = xg
+        elif lf.static:
+            a = nibble.quantize_activation_static(xg, scale)
+        else:
+            a = nibble.quantize_activation(xg)
         gp = nibble.linear(a, p, bias.to(CUDA), out_dtype={torch.float32: "f32",
                                                            torch.bfloat16: "bf16"}[out])
         assert rel_fro(gp.cpu().float(), ref.float()) < tol

@@ -94,7 +94,7 @@ int run_demo(const Args& args) {
     // On a GPU, formats with a packed layout (W4A8, W4A16, W8A16) run from packed weights, as a
     // deployment would; W8A8 and W4A4 kernels read the logical weights.
     const bool packed = device.type == DeviceType::cuda && has_packed_layout(f) && k % 32 == 0;
-    const PackedWeight pw = packed ? pack_weight(qw_host.view(), device) : PackedWeight();
+    const PackedWeight pw = packed ? pack_weight(qw_host.view(), packed_layout(f), device) : PackedWeight();
     Tensor d = Tensor::empty(DType::bf16, {m, n}, device);
     QuantizedActivation qa;
     if (f.act != ActScheme::none) qa = QuantizedActivation(f.act, m, k, device);

@@ -354,14 +354,27 @@ struct BenchRun {
   double decode_tps = 0, decode_tps_short = 0;
   int64_t new_tokens = 0, new_tokens_short = 0;
   llm::MemoryReport mem;
+  std::vector<llm::Backend::OpTime> decode_ops;  // --profile-decode
 };
+
+// [{"op": ..., "calls": ..., "us": ...}, ...] of a profiled decode step ([] when not profiled).
+std::string ops_json(const std::vector<llm::Backend::OpTime>& ops) {
+  std::string j = "[";
+  for (size_t i = 0; i < ops.size(); ++i) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s{\"op\": \"%s\", \"calls\": %d, \"us\": %.2f}",
+                  i ? ", " : "", ops[i].op.c_str(), ops[i].calls, ops[i].seconds * 1e6);
+    j += buf;
+  }
+  return j + "]";
+}
 
 }  // namespace
 
 int run_bench_model(int argc, char** argv) {
   const Invocation inv = parse("bench-model", argc, argv,
                                {"prompt-len", "short-prompt-len", "n", "json", "commit",
-                                "head-formats"});
+                                "head-formats", "profile-decode"});
   const Args& a = inv.args;
   if (a.has("prefill-format") || a.has("decode-format") || a.has("head-format"))
     usage_error("bench-model",
@@ -434,6 +447,8 @@ int run_bench_model(int argc, char** argv) {
       run.decode_tps_short = rs.decode_tokens_per_second();
       run.new_tokens_short = static_cast<int64_t>(rs.tokens.size());
       run.mem = be->memory();
+      // One more step at the short context, op by op (its logits are not used).
+      if (a.has("profile-decode")) run.decode_ops = be->profile_decode_step(short_prompt[0], short_len);
       runs.push_back(run);
     }
   }
@@ -473,6 +488,21 @@ int run_bench_model(int argc, char** argv) {
       static_cast<long long>(n_new),
       a.has("random-weights") ? "; RANDOM WEIGHTS (not a trained model)" : "");
 
+  // Where a decode step's GPU time goes, op by op, against the graph-replayed step.
+  for (const BenchRun& r : runs) {
+    if (r.decode_ops.empty()) continue;
+    double total = 0;
+    for (const auto& op : r.decode_ops) total += op.seconds;
+    std::printf("\ndecode step op by op, %s (output %s), short ctx: %.1f us on the GPU "
+                "(eager, queued); graph-replayed step incl. host argmax %.1f us\n",
+                r.entry.c_str(), r.head.c_str(), total * 1e6,
+                r.decode_tps_short > 0 ? 1e6 / r.decode_tps_short : 0.0);
+    std::printf("  %-12s %6s %10s %10s %7s\n", "op", "calls", "total us", "us/call", "share");
+    for (const auto& op : r.decode_ops)
+      std::printf("  %-12s %6d %10.1f %10.2f %6.1f%%\n", op.op.c_str(), op.calls,
+                  op.seconds * 1e6, op.seconds * 1e6 / op.calls, 100 * op.seconds / total);
+  }
+
   if (a.has("json")) {
     std::string dev_name = device;
     int sm_count = 0;
@@ -502,7 +532,7 @@ int run_bench_model(int argc, char** argv) {
     j += " \"runs\": [\n";
     for (size_t i = 0; i < runs.size(); ++i) {
       const BenchRun& r = runs[i];
-      char buf[2048];
+      char buf[4096];
       std::snprintf(
           buf, sizeof buf,
           "  {\"format\": \"%s\", \"prefill_format\": \"%s\", \"decode_format\": \"%s\", "
@@ -511,7 +541,7 @@ int run_bench_model(int argc, char** argv) {
           "\"decode_tok_s_short\": %.3f, \"new_tokens\": %lld, \"weight_bytes\": %lld, "
           "\"decode_weight_bytes\": %lld, \"kv_cache_bytes\": %lld, \"allocated_gpu_bytes\": "
           "%lld, \"peak_gpu_bytes\": %lld, \"weight_gbps\": %.3f, \"weight_gbps_short\": %.3f, "
-          "\"load_s\": %.3f}%s\n",
+          "\"load_s\": %.3f, \"decode_ops\": %s}%s\n",
           json_escape(r.entry).c_str(), json_escape(r.prefill).c_str(),
           json_escape(r.decode).c_str(), json_escape(r.head).c_str(),
           static_cast<long long>(prompt_len), r.ttft_ms, r.prefill_ms,
@@ -523,7 +553,8 @@ int run_bench_model(int argc, char** argv) {
           static_cast<long long>(r.mem.kv_cache_bytes),
           static_cast<long long>(r.mem.device_allocated_bytes),
           static_cast<long long>(r.mem.device_peak_bytes), gbps(r, r.decode_tps),
-          gbps(r, r.decode_tps_short), r.load_s, i + 1 < runs.size() ? "," : "");
+          gbps(r, r.decode_tps_short), r.load_s, ops_json(r.decode_ops).c_str(),
+          i + 1 < runs.size() ? "," : "");
       j += buf;
     }
     j += " ]\n}\n";

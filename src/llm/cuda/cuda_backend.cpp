@@ -110,6 +110,12 @@ struct EventList {
   }
 };
 
+// Events recorded between the ops of a profiled decode step, with the op each one ends.
+struct ProfileMarks {
+  EventList events;
+  std::vector<std::string> ops;
+};
+
 struct Layer {
   Tensor attn_norm, ffn_norm;  // (D) f32
   // [phase]; the decode entry is the prefill one when the strategy uses one format.
@@ -222,6 +228,45 @@ class CudaBackend final : public Backend {
       decode_step(tokens[0], pos, logits);
     else
       prefill(tokens, pos, all_logits, logits);
+  }
+
+  std::vector<OpTime> profile_decode_step(int32_t token, int64_t pos) override {
+    check_forward_positions(1, pos, max_ctx_);
+    if (token < 0 || token >= c_.vocab_size)
+      detail::fail(ErrorCode::invalid_argument,
+                   "nibble::llm::Backend::profile_decode_step: token id " + std::to_string(token) +
+                       " is outside the vocabulary");
+    detail::DeviceGuard guard(dev_.index);
+    const Stream s = streams_[kDecode].s;
+    auto* step = static_cast<int32_t*>(h_step_.p);
+    step[0] = token;
+    step[1] = static_cast<int32_t>(pos);
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
+    // 50 ms: far longer than enqueueing a step (a few hundred launches and events) takes.
+    cuda::launch_gpu_wait(50'000'000, s);
+    ProfileMarks marks;
+    profile_ = &marks;
+    try {
+      mark("start", s);
+      enqueue_decode(s);
+    } catch (...) {
+      profile_ = nullptr;
+      throw;
+    }
+    profile_ = nullptr;
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<OpTime> ops;
+    for (size_t i = 1; i < marks.events.events.size(); ++i) {
+      float ms = 0.0f;
+      NIBBLE_CUDA_CHECK(
+          cudaEventElapsedTime(&ms, marks.events.events[i - 1], marks.events.events[i]));
+      auto it = std::find_if(ops.begin(), ops.end(),
+                             [&](const OpTime& o) { return o.op == marks.ops[i]; });
+      if (it == ops.end()) it = ops.insert(ops.end(), OpTime{marks.ops[i], 0, 0.0});
+      it->calls += 1;
+      it->seconds += ms * 1e-3;
+    }
+    return ops;
   }
 
   MemoryReport memory() const override {
@@ -575,6 +620,17 @@ class CudaBackend final : public Backend {
     lin.forward(li, scratch, m, cuda::strided(y, DType::f32, m, lin.n(), y_ld, dev_), s, blas);
   }
 
+  // Ends the op `op` of a profiled step: an event on s (nothing unless profile_decode_step runs;
+  // never during graph capture).
+  void mark(const char* op, Stream s) {
+    if (profile_ == nullptr) return;
+    cudaEvent_t e = nullptr;
+    NIBBLE_CUDA_CHECK(cudaEventCreate(&e));
+    profile_->events.events.push_back(e);
+    profile_->ops.emplace_back(op);
+    NIBBLE_CUDA_CHECK(cudaEventRecord(e, s));
+  }
+
   // Embedding and every block for m tokens (ids and first position in device memory); leaves
   // the residual stream in x_ and the last block's down output in delta_.
   void enqueue_blocks(Phase ph, int64_t m, const int32_t* tokens, const int32_t* pos, Stream s,
@@ -585,6 +641,7 @@ class CudaBackend final : public Backend {
     auto* qkv = static_cast<float*>(qkv_.data());
     auto* gu = static_cast<float*>(gu_.data());
     cuda::launch_embedding(static_cast<const uint16_t*>(emb_.data()), tokens, m, d, x, s);
+    mark("embedding", s);
     const int64_t cache_stride = c_.n_kv_heads * max_ctx_ * c_.head_dim;
     for (int64_t l = 0; l < n_layers_; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
@@ -594,7 +651,9 @@ class CudaBackend final : public Backend {
       ActOutput h = act_output(L.qkv[ph]->input_kind(fuse_));
       cuda::launch_add_rmsnorm(x, l == 0 ? nullptr : delta, m, d,
                                static_cast<const float*>(L.attn_norm.data()), c_.norm_eps, h, s);
+      mark("add_rmsnorm", s);
       run_linear(*L.qkv[ph], h, m, d, qkv, shape_.qkv_ld(), s, blas);
+      mark("qkv", s);
       ActKind att_kind = L.o[ph]->input_kind(fuse_);
       if (ph == kDecode) {
         const ActOutput att = act_output(att_kind);
@@ -604,7 +663,9 @@ class CudaBackend final : public Backend {
         ws.counters = static_cast<int*>(attn_counters_.data());
         cuda::launch_attention_decode(qkv, pos, shape_, static_cast<const float*>(cos_.data()),
                                       static_cast<const float*>(sin_.data()), kc, vc, ws, att, s);
+        mark("attention", s);
         run_linear(*L.o[ph], att, m, qd, delta, d, s, blas);
+        mark("o", s);
       } else {
         if (att_kind == ActKind::s8_per_token) att_kind = ActKind::f32;  // o quantizes itself
         const ActOutput att = act_output(att_kind);
@@ -624,10 +685,14 @@ class CudaBackend final : public Backend {
       h = act_output(L.gate_up[ph]->input_kind(fuse_));
       cuda::launch_add_rmsnorm(x, delta, m, d, static_cast<const float*>(L.ffn_norm.data()),
                                c_.norm_eps, h, s);
+      mark("add_rmsnorm", s);
       run_linear(*L.gate_up[ph], h, m, d, gu, 2 * f, s, blas);
+      mark("gate_up", s);
       const ActOutput a = act_output(L.down[ph]->input_kind(fuse_));
       cuda::launch_swiglu(gu, m, f, a, s);
+      mark("swiglu", s);
       run_linear(*L.down[ph], a, m, f, delta, d, s, blas);
+      mark("down", s);
     }
   }
 
@@ -639,7 +704,9 @@ class CudaBackend final : public Backend {
     const ActOutput h = act_output(head_->input_kind(fuse_));
     cuda::launch_add_rmsnorm(x, n_layers_ > 0 ? delta : nullptr, rows, d,
                              static_cast<const float*>(out_norm_.data()), c_.norm_eps, h, s);
+    mark("add_rmsnorm", s);
     run_linear(*head_, h, rows, d, logits, c_.vocab_size, s, blas);
+    mark("head", s);
   }
 
   void enqueue_decode(Stream s) {
@@ -752,6 +819,7 @@ class CudaBackend final : public Backend {
   GraphHandles graph_;
   size_t graph_nodes_ = 0;
   EventList attn_events_;  // (start, stop) per layer when timing the prefill attention
+  ProfileMarks* profile_ = nullptr;  // set during profile_decode_step only
   double last_attention_seconds_ = -1.0;
 };
 

@@ -100,6 +100,10 @@ void launch_fill_uniform_bf16(uint16_t* dst, int64_t count, float a, uint64_t se
 void launch_fill_random_bytes(uint8_t* dst, int64_t bytes, uint64_t seed, Stream stream);
 /// Constant f32 values.
 void launch_fill_f32(float* dst, int64_t count, float value, Stream stream);
+
+/// A one-thread kernel that spins for `nanoseconds` of GPU time (%globaltimer): launches
+/// queued behind it start back to back, so events between them time the GPU alone (profiling).
+void launch_gpu_wait(int64_t nanoseconds, Stream stream);
 /// Random u8 pairs (g_s, 128 − g_s·8), g_s uniform in [9, 16]: two-level group parameters whose
 /// int8 weights g_s·(q − 8) stay in [−128, 112] (layout w4_mma_k128).
 void launch_fill_two_level_params(uint8_t* dst, int64_t pairs, uint64_t seed, Stream stream);
