@@ -86,6 +86,16 @@ def measure(model, x, m, repeats, do_compile):
     return r
 
 
+def write(result, path):
+    """Writes the JSON (when a path is given); True if written."""
+    if not path:
+        return False
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=2)
@@ -148,12 +158,11 @@ def main():
               f"({r['layout']}, quantize {quantize_s:.1f} s)", flush=True)
         del model
         torch.cuda.empty_cache()
+        result["failed"] = failed
+        write(result, args.out)  # after every format: a run cut short keeps what it measured
 
     result["failed"] = failed
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    if write(result, args.out):
         print("wrote", args.out)
     print(f"{len(result['formats']) - len(failed)} passed, {len(failed)} failed")
     return 1 if args.check and failed else 0
