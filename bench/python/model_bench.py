@@ -76,6 +76,9 @@ def measure(model, x, m, repeats, do_compile):
         g_lin, _ = capture(lambda: [layer(inp) for layer, inp in pairs])
         r = {"model_us": time_graph(g_model, repeats), "linears_us": time_graph(g_lin, repeats)}
         if do_compile:
+            # Every format compiles the same forward code objects: without a reset, dynamo's
+            # recompile limit (8 per code object) ends a run of all formats under fullgraph.
+            torch._dynamo.reset()
             t0 = time.time()
             compiled = torch.compile(model, fullgraph=True)
             compiled(x)
@@ -105,6 +108,9 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--out", default="")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--commit", default="",
+                    help="the commit measured (default: git rev-parse HEAD; a copied working "
+                         "tree's git may name another)")
     args = ap.parse_args()
 
     dev = torch.device("cuda")
@@ -114,7 +120,8 @@ def main():
                              cwd=HERE).stdout.strip()
     except OSError:
         sha = ""
-    result = {"bench": "python_model", "git_sha": sha, "device": info,
+    result = {"bench": "python_model", "git_sha": args.commit or sha,
+              "date": time.strftime("%Y-%m-%d", time.gmtime()), "device": info,
               "nibble": nibble.build_info(), "torch": torch.__version__,
               "torch_cuda": torch.version.cuda, "layers": args.layers, "m": args.m,
               "dims": LLAMA3_8B, "speed_slack": SPEED_SLACK, "formats": {}}
