@@ -448,7 +448,8 @@ int run_bench_model(int argc, char** argv) {
       run.new_tokens_short = static_cast<int64_t>(rs.tokens.size());
       run.mem = be->memory();
       // One more step at the short context, op by op (its logits are not used).
-      if (a.has("profile-decode")) run.decode_ops = be->profile_decode_step(short_prompt[0], short_len);
+      if (a.has("profile-decode"))
+        run.decode_ops = be->profile_decode_step(short_prompt[0], short_len);
       runs.push_back(run);
     }
   }

@@ -86,4 +86,35 @@ __device__ __forceinline__ void store_act_row(const ActOutput& out, int64_t row,
   for (int64_t i = threadIdx.x; i < width; i += kThreads) q[i] = s8_quantize(value(i), s);
 }
 
+/// store_act_row for a row whose values the threads already hold: thread t holds v[j] for
+/// i = t + j·kThreads, j < kPer (entries with i ≥ width are ignored). One pass over registers:
+/// no recomputation and no re-read of the producer's inputs, so the int8 path costs one block
+/// reduction more than the float paths and no further memory round trip.
+template <int kThreads, int kPer>
+__device__ __forceinline__ void store_act_row_held(const ActOutput& out, int64_t row,
+                                                   int64_t width, float* scratch,
+                                                   const float (&v)[kPer]) {
+  if (out.kind != ActKind::s8_per_token) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+      if (i < width) store_float_act(out, row, i, v[j]);
+    }
+    return;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (threadIdx.x + int64_t{j} * kThreads < width) amax = fmaxf(amax, fabsf(v[j]));
+  amax = block_max<kThreads>(amax, scratch);
+  const float s = s8_scale(amax);
+  if (threadIdx.x == 0) out.scales[row] = s;
+  auto* q = static_cast<int8_t*>(out.data) + row * out.ld;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    if (i < width) q[i] = s8_quantize(v[j], s);
+  }
+}
+
 }  // namespace nibble::llm::cuda

@@ -9,11 +9,14 @@
 // __fadd_rn/__fmul_rn so nvcc cannot contract them into FMAs), so the GPU's norm outputs equal
 // the CPU's up to the order of the double sum.
 //
-// Operands: x, delta (m, d) f32 row stride d; g (d) f32; out (m, ld) with ld ≥ d.
-// Work split: one block of 512 threads per row (d = 4096: 8 elements per thread; the decode
-// step has one row, so one SM does it in about a microsecond).
+// Operands: x, delta (m, d) f32 row stride d, not overlapping; g (d) f32; out (m, ld), ld ≥ d.
+// Work split: one block of 512 threads per row; thread t owns elements t, t + 512, ... For
+// d ≤ 8192 (Llama-3-8B: 4096, 70B: 8192) the thread loads all of its x, delta and g values at
+// once and keeps them in registers, so a row costs one memory round trip, whatever the output
+// form (a decode step is latency-bound: one row, a few microseconds). Wider rows recompute the
+// values from memory for the int8 pass. The double sum's order is the same in both paths.
 // Limitations: 1. One block per row: at m = 1 the other SMs idle (the op is ~16 KB of traffic).
-// 2. The row is read twice for int8 output (amax, then quantize); it is in L1/L2 by then.
+// 2. d > 8192 reads the row a second and third time for int8 output (from L1/L2).
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='LlmCudaKernels.AddRmsNorm*'
 #include <cuda_runtime.h>
 
@@ -28,6 +31,46 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// Rows of up to kPer · kThreads elements, held in registers (see the header).
+template <int kPer>
+__global__ void __launch_bounds__(kThreads)
+    add_rmsnorm_held_kernel(float* __restrict__ x, const float* __restrict__ delta, int64_t d,
+                            const float* __restrict__ g, double eps, ActOutput out) {
+  __shared__ double sum_scratch[kThreads / 32];
+  __shared__ float max_scratch[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  float* xr = x + r * d;
+  float v[kPer], gv[kPer];
+  // Every load first (x, delta, g), then the arithmetic: the loads overlap.
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    v[j] = i < d ? xr[i] : 0.0f;
+    gv[j] = i < d ? g[i] : 0.0f;
+  }
+  if (delta != nullptr) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+      if (i < d) {
+        v[j] = __fadd_rn(v[j], delta[r * d + i]);
+        xr[i] = v[j];
+      }
+    }
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (threadIdx.x + int64_t{j} * kThreads < d)
+      ss += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+  ss = block_sum<kThreads>(ss, sum_scratch);
+  const auto inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(d) + eps));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) v[j] = __fmul_rn(__fmul_rn(v[j], inv), gv[j]);
+  store_act_row_held<kThreads, kPer>(out, r, d, max_scratch, v);
+}
+
+// Any d: the values are recomputed from memory for each pass of the int8 output.
 __global__ void __launch_bounds__(kThreads)
     add_rmsnorm_kernel(float* x, const float* delta, int64_t d, const float* g, double eps,
                        ActOutput out) {
@@ -65,7 +108,15 @@ void launch_add_rmsnorm(float* x, const float* delta, int64_t m, int64_t d, cons
                         double eps, const ActOutput& out, Stream stream) {
   if (m <= 0 || d <= 0 || out.ld < d || out.data == nullptr)
     nibble::detail::fail(ErrorCode::internal, "launch_add_rmsnorm: bad shape or output");
-  add_rmsnorm_kernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+  const auto grid = static_cast<unsigned>(m);
+  if (d <= 4 * kThreads)
+    add_rmsnorm_held_kernel<4><<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+  else if (d <= 8 * kThreads)
+    add_rmsnorm_held_kernel<8><<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+  else if (d <= 16 * kThreads)
+    add_rmsnorm_held_kernel<16><<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+  else
+    add_rmsnorm_kernel<<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 

@@ -7,9 +7,13 @@
 //
 // Operands: gu (m, 2f) f32, row stride 2f (the gate_up linear's output: gate columns, then up
 // columns, because its weight is [W_gate; W_up]); out (m, ld) with ld ≥ f.
-// Work split: one block of 1024 threads per row (f = 14336: 14 elements per thread).
+// Work split: one block of 1024 threads per row; thread t owns elements t, t + 1024, ... For
+// f ≤ 16384 (Llama-3-8B: 14336) it loads all of its gate and up values at once and keeps the
+// results in registers, so the int8 output needs no second pass over memory (a decode step's
+// row is latency-bound). Wider rows (Llama-3-70B: 28672; 32 values a thread would spill at 1024
+// threads) recompute each value for the quantize pass.
 // Limitations: 1. One block per row (the decode step's row is 112 KB of f32 input, read from
-// L2); 2. int8 output recomputes each value once (amax pass, then quantize pass).
+// L2); 2. f > 16384 with int8 output recomputes each value once (amax pass, then quantize).
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='LlmCudaKernels.SwiGlu*'
 #include <cuda_runtime.h>
 
@@ -24,14 +28,37 @@ namespace {
 
 constexpr int kThreads = 1024;
 
+__device__ __forceinline__ float swiglu_value(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// Rows of up to kPer · kThreads values, held in registers (see the header).
+template <int kPer>
+__global__ void __launch_bounds__(kThreads)
+    swiglu_held_kernel(const float* __restrict__ gu, int64_t f, ActOutput out) {
+  __shared__ float max_scratch[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  const float* row = gu + r * 2 * f;
+  float g[kPer], u[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {  // every load first: they overlap
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    g[j] = i < f ? row[i] : 0.0f;
+    u[j] = i < f ? row[f + i] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) g[j] = swiglu_value(g[j], u[j]);
+  store_act_row_held<kThreads, kPer>(out, r, f, max_scratch, g);
+}
+
+// Any f: the values are recomputed from memory for the quantize pass of int8 output.
 __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(const float* gu, int64_t f, ActOutput out) {
   __shared__ float max_scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
   const float* row = gu + r * 2 * f;
   store_act_row<kThreads>(out, r, f, max_scratch, [&](int64_t i) {
-    const float g = row[i];
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), row[f + i]);
+    return swiglu_value(row[i], row[f + i]);
   });
 }
 
@@ -40,7 +67,13 @@ __global__ void __launch_bounds__(kThreads)
 void launch_swiglu(const float* gu, int64_t m, int64_t f, const ActOutput& out, Stream stream) {
   if (m <= 0 || f <= 0 || out.ld < f || out.data == nullptr)
     nibble::detail::fail(ErrorCode::internal, "launch_swiglu: bad shape or output");
-  swiglu_kernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(gu, f, out);
+  const auto grid = static_cast<unsigned>(m);
+  if (f <= 4 * kThreads)
+    swiglu_held_kernel<4><<<grid, kThreads, 0, stream>>>(gu, f, out);
+  else if (f <= 16 * kThreads)
+    swiglu_held_kernel<16><<<grid, kThreads, 0, stream>>>(gu, f, out);
+  else
+    swiglu_kernel<<<grid, kThreads, 0, stream>>>(gu, f, out);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
