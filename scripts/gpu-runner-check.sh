@@ -6,9 +6,11 @@
 #      names the model file;
 #   3. the same check through the CLI: `nibble generate` on the CPU and on the GPU, bf16,
 #      32 greedy tokens, ids compared;
-#   4. Llama-3-8B-shaped random weights, every format in one process (`nibble bench-model`):
-#      TTFT of a 2048-token prompt, attention's share of that prefill, decode tokens/s, model
-#      size and peak memory on the GPU, weight bandwidth; ratios against bf16.
+#   4. the decode step's small kernels timed alone (bench/runner_ops_bench), then
+#      Llama-3-8B-shaped random weights, every format in one process (`nibble bench-model
+#      --profile-decode`): TTFT of a 2048-token prompt, attention's share of that prefill, decode
+#      tokens/s, model size and peak memory on the GPU, weight bandwidth, ratios against bf16,
+#      and one decode step's GPU time op by op.
 #
 #   usage: NIBBLE_MODEL=/path/SmolLM2-135M-Instruct.Q4_1.gguf scripts/gpu-runner-check.sh
 #          [--skip-build] [--bench-only]
@@ -16,8 +18,8 @@
 #      existing CUDA build such as scripts/gpu-check.sh's build/cuda), NIBBLE_MODEL (the SmolLM2 GGUF; without it the
 #      SmolLM2 checks are skipped and reported as such), NIBBLE_COMMIT (recorded in the JSON),
 #      NIBBLE_BENCH_FORMATS (default below), JOBS (default 16).
-# Files written to $OUT (6, flat): build.log gpu-tests.log smollm2.log bench-model.log
-#   bench-model.json summary.json
+# Files written to $OUT (7, flat): build.log gpu-tests.log smollm2.log runner-ops.log
+#   bench-model.log bench-model.json summary.json
 # Exit status: non-zero when the build fails, a test fails, or the GPU's greedy tokens differ
 # from the CPU's. The speed criteria are reported in summary.json and on stdout, not enforced.
 set -uo pipefail
@@ -114,6 +116,12 @@ if [ $bench_only -eq 0 ]; then
     echo "$smol" | tee -a "$out/smollm2.log"
   fi
 fi
+
+# ---- 3b. the decode step's small kernels alone (bench/micro/runner_ops.cu) ---------------------------
+stage "runner ops alone (add_rmsnorm, swiglu, decode attention; warm and cold L2)"
+timeout 120 "$build_dir/bench/runner_ops_bench" > "$out/runner-ops.log" 2>&1 ||
+  echo "runner_ops_bench failed (see runner-ops.log)"
+cat "$out/runner-ops.log"
 
 # ---- 4. Llama-3-8B shapes, random weights: every format in one process -------------------------------
 stage "bench-model: Llama-3-8B shapes, random weights ($formats)"

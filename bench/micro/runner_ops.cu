@@ -3,18 +3,15 @@
 // kernel: how much of each op's time in a decode step (bench-model --profile-decode) is the
 // kernel itself and how much is the launch floor, with warm and with cold caches.
 //
-// Method: each case is a CUDA graph of R back-to-back launches (R = 100), replayed 5 times
-// after a warm-up; the median replay / R is one launch. "cold" puts an L2-evicting kernel
+// Method: bench::time_graph (bench/bench_util.h) — a CUDA graph of R back-to-back launches
+// (R = 100), replayed 5 times after a warm-up; the median replay / R is one launch. "cold" puts an L2-evicting kernel
 // (writes 2× the L2 size) before every launch and subtracts that kernel's own time, measured
 // the same way: what a launch costs right after a linear layer has streamed its weights.
 //
-// Build and run on a GPU machine (sm_90a; sm_80 with the other -gencode), from the repository
-// root (an optional argument names a file for every case's outputs, to compare two builds):
-//   nvcc -O3 -std=c++20 -DNIBBLE_WITH_CUDA=1 -gencode arch=compute_90a,code=sm_90a \
-//     -Isrc -Iinclude \
-//     bench/micro/runner_ops.cu src/llm/cuda/rmsnorm.cu src/llm/cuda/swiglu.cu \
-//     src/llm/cuda/attention_decode_splitkv.cu src/common/check.cpp src/common/types.cpp \
-//     -o runner_ops && ./runner_ops
+// Built with the CUDA backend (CMake target runner_ops_bench); on a GPU machine:
+//   build/cuda/bench/runner_ops_bench [FILE]
+// FILE, when given, receives every case's outputs after one launch from fresh inputs, so that
+// two builds of the kernels can be compared byte for byte (cmp).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,31 +20,16 @@
 #include <functional>
 #include <vector>
 
-#include "common/cuda_runtime_check.h"
+#include "bench/bench_util.h"
 #include "llm/cuda/kernels.h"
-
-// The launchers' error hook, which the library defines in src/api/device.cpp: this driver links
-// only the kernels' files.
-namespace nibble::detail {
-void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
-  std::fprintf(stderr, "%s:%d %s: %s\n", file, line, call, cudaGetErrorString(err));
-  std::exit(1);
-}
-}  // namespace nibble::detail
 
 namespace {
 
 using namespace nibble::llm::cuda;
+using nibble::Error;  // BENCH_CUDA throws nibble::Error
+using nibble::ErrorCode;
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x,              \
-                   cudaGetErrorString(e_));                                        \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#define CHECK(x) BENCH_CUDA(x)
 
 __global__ void empty_kernel() {}
 
@@ -81,38 +63,12 @@ float* dev_random(size_t n, float scale) {
 
 // Median µs of one launch of `body` (a stream-ordered enqueue), in a graph of `reps` launches.
 double time_launch(cudaStream_t s, const std::function<void(cudaStream_t)>& body, int reps = 100) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < reps; ++i) body(s);
-  CHECK(cudaStreamEndCapture(s, &g));
-  CHECK(cudaGraphInstantiate(&ge, g, 0));
-  CHECK(cudaGraphLaunch(ge, s));
-  CHECK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(ge, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CHECK(cudaGraphExecDestroy(ge));
-  CHECK(cudaGraphDestroy(g));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
-  return ms[ms.size() / 2] * 1e3 / reps;
+  return nibble::bench::time_graph(s, reps, 5, [&](int) { body(s); });
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {  // main's body
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t s;
@@ -232,4 +188,13 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   if (dump != nullptr) std::fclose(dump);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "runner_ops: %s\n", e.what());
+    return 1;
+  }
 }
