@@ -36,6 +36,11 @@ int cuda_device_count();
 /// Why no GPU can be used (empty when cuda_device_count() > 0).
 std::string cuda_unavailable_reason();
 DeviceInfo cuda_device_info(int ordinal = 0);
+/// ρ, a GPU's int4 tensor-core throughput (int8 where it has no int4 MMA) over its f32
+/// CUDA-core throughput, per SM and clock, from the compute capability: 64 (sm_80), 16
+/// (sm_86/87), 8 (sm_89), 32 (sm_90); 0 if unknown. The indicator of the APEX4 study for
+/// whether group-wise W4A4 (a per-group f32 rescale on the CUDA cores) pays.
+int tensor_core_ratio(int cc_major, int cc_minor);
 /// Waits for all work queued on `device` (no-op for the CPU).
 void synchronize(Device device);
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "nibble/quantize.h"
@@ -141,5 +142,59 @@ void column_absmax(const TensorView& w, std::span<float> absmax);
 
 /// w[n, j] *= s[j] in place, w (N, K) f32 on the CPU.
 void scale_weight_columns(const TensorView& w, std::span<const float> s);
+
+// ---- W4A4 granularity, chosen per layer from ρ (mixed mode) ----------------------------------
+
+/// Modelled run time of a w4a4_g128 layer relative to w4a4_pc on a GPU of ratio ρ
+/// (tensor_core_ratio): 1 + ρ/64. Per 128 k a g128 rescale adds an int→float conversion and an
+/// FMA per accumulator on the CUDA cores to 256 MMA operations on the tensor cores. Measured on
+/// the H100 (ρ = 32, modelled 1.5): 1.46–1.59 at M ≥ 1024, 1.10–1.50 at M = 16
+/// (docs/kernels.md); APEX4 reports g128 losing to 16-bit at ρ = 64 and winning at ρ ≤ 16.
+double w4a4_group_time_factor(int rho);
+
+/// One linear layer as the planner sees it: its size and the output error of each
+/// granularity (weight_quantization_error, or any error measure on a common scale).
+struct GranularityLayer {
+  std::string name;
+  int64_t n = 0, k = 0;
+  double error_per_channel = 0, error_group = 0;
+};
+
+/// The planner's decision for one layer.
+struct GranularityChoice {
+  std::string name;
+  bool group = false;       ///< w4a4_g128 (true) or w4a4_pc (false)
+  double error_gain = 0;    ///< error_per_channel − error_group
+  double added_time = 0;    ///< modelled extra time of g128, in MACs (n·k·(factor − 1))
+};
+
+struct GranularityPlan {
+  int rho = 0;
+  double budget = 0;          ///< allowed extra time over all-per-channel, a fraction
+  double group_factor = 0;    ///< w4a4_group_time_factor(rho)
+  double time_vs_per_channel = 1;  ///< modelled time of the plan / all-per-channel
+  double error = 0, error_per_channel = 0, error_group = 0;  ///< Σ over layers of each choice
+  std::vector<GranularityChoice> layers;  ///< in the input order
+  /// A paragraph: ρ, the factor, the budget, and per layer the choice and why.
+  std::string describe() const;
+};
+
+/// Mixed-granularity W4A4 (APEX4's ρ-aware granularity adaptation, per layer): every layer
+/// starts per channel; layers then switch to g128 in decreasing order of error gain per unit
+/// of added time (n·k·(w4a4_group_time_factor(rho) − 1) MACs; ties by input order), each one
+/// only if the modelled total time stays within (1 + budget) × the all-per-channel time, and
+/// only if g128 lowers its error. A high ρ (a costly rescale) leaves fewer layers group-wise:
+/// at ρ = 8 the rescale costs 12.5% of a layer, at ρ = 64 100%. rho must be > 0 (from
+/// tensor_core_ratio), budget ≥ 0; throws nibble::Error(invalid_argument) otherwise.
+GranularityPlan plan_w4a4_granularity(const std::vector<GranularityLayer>& layers, int rho,
+                                      double budget);
+
+/// The relative output error of quantizing w (N, K) f32/f16/bf16 on the CPU into `format`
+/// (round to nearest, quantize_weight): ‖(W − Ŵ)·D^½‖²_F / ‖W·D^½‖²_F with D = diag(mean
+/// square of each input column) — the expected squared output error of the layer for inputs
+/// with those second moments and uncorrelated columns. `input_mean_square` (K values ≥ 0) may
+/// be empty: D = I, plain weight error.
+double weight_quantization_error(const TensorView& w, const WeightFormat& format,
+                                 std::span<const float> input_mean_square = {});
 
 }  // namespace nibble

@@ -51,6 +51,20 @@ BuildInfo build_info() {
   return b;
 }
 
+int tensor_core_ratio(int cc_major, int cc_minor) {
+  // Dense MMA and f32 FMA rates per SM per clock, from the vendors' datasheets (TOPS / SMs /
+  // boost clock): sm_80 (A100) int4 8192 vs 128 f32 ops; sm_86 (GA10x) 4096 vs 256; sm_89
+  // (AD10x) 2048 vs 256; sm_90 (H100) no int4 MMA, int8 8192 vs 256.
+  switch (cc_major * 10 + cc_minor) {
+    case 80: return 64;
+    case 86:
+    case 87: return 16;
+    case 89: return 8;
+    case 90: return 32;
+    default: return 0;
+  }
+}
+
 int cuda_device_count() {
 #if NIBBLE_WITH_CUDA
   int count = 0;

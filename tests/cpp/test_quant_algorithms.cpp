@@ -388,5 +388,95 @@ TEST(QuantErrors, BadArgumentsNameTheArgument) {
   EXPECT_TRUE(throws_error([&] { obs.percentile_absmax(0.0); }, inv, {arg("p")}));
 }
 
+// ---- W4A4 mixed granularity ------------------------------------------------------------------
+
+TEST(QuantGranularity, RhoOfTheGpusAndTheTimeModel) {
+  EXPECT_EQ(tensor_core_ratio(8, 0), 64);
+  EXPECT_EQ(tensor_core_ratio(8, 6), 16);
+  EXPECT_EQ(tensor_core_ratio(8, 9), 8);
+  EXPECT_EQ(tensor_core_ratio(9, 0), 32);
+  EXPECT_EQ(tensor_core_ratio(7, 5), 0);
+  EXPECT_DOUBLE_EQ(w4a4_group_time_factor(32), 1.5);  // H100: measured 1.46–1.59 at M ≥ 1024
+  EXPECT_DOUBLE_EQ(w4a4_group_time_factor(8), 1.125);
+}
+
+std::vector<GranularityLayer> planner_layers() {
+  // gain / added MAC: b > d > a > c; e gains nothing.
+  return {{"a", 64, 64, 0.50, 0.30},  {"b", 32, 64, 0.60, 0.20},  {"c", 128, 128, 0.40, 0.35},
+          {"d", 32, 32, 0.20, 0.10},  {"e", 64, 64, 0.10, 0.15}};
+}
+
+TEST(QuantGranularity, PlannerSpendsTheBudgetOnTheBestGainPerCost) {
+  const auto layers = planner_layers();
+  double macs = 0;
+  for (const auto& l : layers) macs += double(l.n) * double(l.k);
+  // ρ = 64: a g128 layer costs 2× its per-channel time. Budget: exactly b and d's extra time.
+  const double budget = (32.0 * 64 + 32.0 * 32) / macs;
+  const GranularityPlan p = plan_w4a4_granularity(layers, 64, budget);
+  ASSERT_EQ(p.layers.size(), layers.size());
+  const bool want[] = {false, true, false, true, false};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    EXPECT_EQ(p.layers[i].name, layers[i].name);
+    EXPECT_EQ(p.layers[i].group, want[i]) << layers[i].name;
+  }
+  EXPECT_NEAR(p.time_vs_per_channel, 1 + budget, 1e-12);
+  EXPECT_NEAR(p.error, 0.50 + 0.20 + 0.40 + 0.10 + 0.10, 1e-12);
+  EXPECT_NE(p.describe().find("b: w4a4_g128"), std::string::npos) << p.describe();
+  EXPECT_NE(p.describe().find("rho = 64"), std::string::npos);
+}
+
+TEST(QuantGranularity, LowerRhoBuysMoreGroupLayersForTheSameBudget) {
+  const auto layers = planner_layers();
+  auto count = [&](int rho, double budget) {
+    int n = 0;
+    for (const auto& c : plan_w4a4_granularity(layers, rho, budget).layers) n += c.group ? 1 : 0;
+    return n;
+  };
+  for (double budget : {0.02, 0.05, 0.1, 0.2})
+    EXPECT_GE(count(8, budget), count(64, budget)) << budget;
+  EXPECT_EQ(count(64, 0.0), 0);
+  // An unlimited budget takes every layer that g128 improves, and never e.
+  const GranularityPlan all = plan_w4a4_granularity(layers, 8, 100.0);
+  for (const auto& c : all.layers) EXPECT_EQ(c.group, c.name != "e") << c.name;
+  EXPECT_LE(all.time_vs_per_channel, w4a4_group_time_factor(8));
+  EXPECT_THROW(plan_w4a4_granularity(layers, 0, 0.1), Error);
+  EXPECT_THROW(plan_w4a4_granularity(layers, 32, -0.1), Error);
+  auto bad = layers;
+  bad[2].n = 0;
+  EXPECT_THROW(plan_w4a4_granularity(bad, 32, 0.1), Error);
+  bad = layers;
+  bad[1].error_group = std::nan("");
+  EXPECT_THROW(plan_w4a4_granularity(bad, 32, 0.1), Error);
+  EXPECT_TRUE(plan_w4a4_granularity({}, 32, 0.1).layers.empty());
+}
+
+TEST(QuantGranularity, WeightErrorIsTheDequantizedErrorWeightedByInputMoments) {
+  Rng rng;
+  const int64_t n = 24, k = 256;
+  const Tensor w = outlier_weights(n, k, rng);
+  const WeightFormat pc = parse_linear_format("w4a4_pc").weight;
+  const WeightFormat g128 = parse_linear_format("w4a4_g128").weight;
+  const double e_pc = weight_quantization_error(w.view(), pc);
+  const double e_g = weight_quantization_error(w.view(), g128);
+  EXPECT_GT(e_pc, e_g);  // outlier columns hurt a whole row's scale, not only their group's
+  EXPECT_GT(e_g, 0.0);
+  // By hand: dequantize and weigh each column's squared error by its input mean square.
+  std::vector<float> ms(static_cast<size_t>(k));
+  for (auto& v : ms) v = static_cast<float>(rng.uniform(0.1, 1.1));
+  QuantizedWeight q(pc, n, k);
+  quantize_weight(w.view(), q.view());
+  Tensor deq = Tensor::empty(DType::f32, {n, k});
+  dequantize_weight(q.view(), deq.view());
+  double err = 0, ref = 0;
+  for (int64_t i = 0; i < n * k; ++i) {
+    const double x = w.view().ptr<float>()[i], e = x - deq.view().ptr<float>()[i];
+    err += ms[size_t(i % k)] * e * e;
+    ref += ms[size_t(i % k)] * x * x;
+  }
+  EXPECT_NEAR(weight_quantization_error(w.view(), pc, ms), err / ref, 1e-12 * err / ref);
+  ms.pop_back();
+  EXPECT_THROW(weight_quantization_error(w.view(), pc, ms), Error);
+}
+
 }  // namespace
 }  // namespace nibble

@@ -71,24 +71,9 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
          sms;
 }
 
-int tensor_to_cuda_core_ratio(int cc_major, int cc_minor) {
-  // Dense MMA and f32 FMA rates per SM per clock, from the vendors' datasheets (TOPS / SMs /
-  // boost clock): sm_80 (A100) int4 8192 vs 128 f32 ops; sm_86 (GA10x) 4096 vs 256; sm_89
-  // (AD10x) 2048 vs 256; sm_90 (H100) no int4 MMA, int8 8192 vs 256.
-  const int cc = cc_major * 10 + cc_minor;
-  switch (cc) {
-    case 80: return 64;
-    case 86:
-    case 87: return 16;
-    case 89: return 8;
-    case 90: return 32;
-    default: return 0;
-  }
-}
-
 std::string w4a4_granularity_note(int device) {
   const DeviceInfo info = cuda_device_info(device);
-  const int rho = tensor_to_cuda_core_ratio(info.cc_major, info.cc_minor);
+  const int rho = tensor_core_ratio(info.cc_major, info.cc_minor);
   if (rho == 0) return "W4A4 granularity: rho unknown for this GPU";
   // Per 128 k a g128 rescale adds an int→float conversion and an FMA per accumulator (on the
   // CUDA cores) to 256 MMA operations (on the tensor cores): about rho/128 of the MMA time in

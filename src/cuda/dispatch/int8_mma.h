@@ -41,10 +41,6 @@ bool int8_mma_handles_s32(const TensorView& a, const TensorView& w);
 void launch_int8_mma_s32(const TensorView& a, const TensorView& w, const TensorView& d,
                          Stream stream);
 
-/// ρ, the GPU's int4 tensor-core throughput (int8 where it has no int4 MMA) over its f32
-/// CUDA-core throughput, per SM and clock: the indicator of the APEX4 study (shared/seeds) for
-/// whether group-wise W4A4 (a per-group f32 rescale on the CUDA cores) pays; 0 if unknown.
-int tensor_to_cuda_core_ratio(int cc_major, int cc_minor);
 /// explain()'s sentence on W4A4 granularity for `device`: ρ and the format it suggests.
 std::string w4a4_granularity_note(int device);
 
