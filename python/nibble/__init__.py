@@ -17,6 +17,8 @@ import sysconfig
 from . import _C
 from ._C import (CudaError, InternalError, InvalidArgumentError, NibbleError, NibbleIOError,
                  OutOfRangeError, UnsupportedError)
+from .granularity import (GranularityPlan, plan_w4a4_granularity, tensor_core_ratio,
+                          w4a4_group_time_factor, weight_quantization_error)
 from .formats import (LINEAR_FORMATS, LinearFormat, WeightFormat, linear_format,
                       weight_format)
 from .ops import (PackedWeight, QuantizedActivation, QuantizedWeight, dequantize_activation,
@@ -69,6 +71,7 @@ __all__ = [
     "quantize_activation", "quantize_activation_static", "dequantize_activation",
     "pack_int4", "unpack_int4", "pack_weight", "packed_layout", "pack_s4_matrix",
     "gemm_s32", "gemm_s8s8", "gemm_s8s4", "gemm_s4s4", "linear", "quantized_linear",
-    "explain", "build_info", "cuda_device_count", "cuda_unavailable_reason",
+    "explain", "tensor_core_ratio", "w4a4_group_time_factor", "weight_quantization_error",
+    "plan_w4a4_granularity", "GranularityPlan", "build_info", "cuda_device_count", "cuda_unavailable_reason",
     "cuda_device_info", "cli_path", "__version__",
 ]

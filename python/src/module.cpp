@@ -9,11 +9,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <string>
 
 #include "convert.h"
 #include "nibble/nibble.h"
+#include "nibble/quant_algorithms.h"
 
 namespace nb = nanobind;
 using nibble::python::Call;
@@ -131,6 +133,35 @@ NB_MODULE(_C, m) {
     nb::gil_scoped_release release;
     nibble::quantize_weight(wv, ov);
   });
+  // ---- W4A4 granularity (quant_algorithms.h) --------------------------------------------------
+  m.def("tensor_core_ratio", &nibble::tensor_core_ratio);
+  m.def("w4a4_group_time_factor", &nibble::w4a4_group_time_factor);
+  m.def("weight_quantization_error", [](nb::handle w, const std::string& format,
+                                        nb::handle input_mean_square) {
+    Call c("weight_quantization_error");
+    const nibble::TensorView wv = c.input(w, "w");
+    const nibble::TensorView mv = c.input(input_mean_square, "input_mean_square");
+    if (mv.data != nullptr &&
+        (mv.dtype != nibble::DType::f32 || mv.rank != 1 || mv.stride(0) != 1))
+      c.fail("input_mean_square", "must be None or a contiguous 1-D float32 array");
+    const std::span<const float> ms(static_cast<const float*>(mv.data),
+                                    mv.data == nullptr ? 0 : static_cast<size_t>(mv.size(0)));
+    nb::gil_scoped_release release;
+    return nibble::weight_quantization_error(wv, nibble::parse_weight_format(format), ms);
+  }, nb::arg("w"), nb::arg("format"), nb::arg("input_mean_square").none());
+  // layers: [(name, n, k, error_per_channel, error_group)] → (choices [(name, group, gain,
+  // added_time)], time_vs_per_channel, error, group_factor, describe()).
+  m.def("plan_w4a4_granularity",
+        [](const std::vector<std::tuple<std::string, int64_t, int64_t, double, double>>& layers,
+           int rho, double budget) {
+          std::vector<nibble::GranularityLayer> in;
+          for (const auto& [name, n, k, e_pc, e_g] : layers) in.push_back({name, n, k, e_pc, e_g});
+          const nibble::GranularityPlan p = nibble::plan_w4a4_granularity(in, rho, budget);
+          std::vector<std::tuple<std::string, bool, double, double>> out;
+          for (const auto& c : p.layers)
+            out.emplace_back(c.name, c.group, c.error_gain, c.added_time);
+          return std::make_tuple(out, p.time_vs_per_channel, p.error, p.group_factor, p.describe());
+        });
   m.def("dequantize_weight", [](nb::handle w, nb::handle out) {
     Call c("dequantize_weight");
     const nibble::QuantizedWeightView wv = c.weight(w, "w", false);

@@ -13,9 +13,11 @@ warm-up call on the capture stream: see nibble.torch._ops).
 from . import _ops  # noqa: F401  (registers torch.ops.nibble.*)
 from .io import load_quantized, save_quantized
 from .nn import QuantizedLinear
-from .quantize import (QuantizeConfig, W4A4Config, W4A8Config, W4A16Config, W4AFP8Config,
-                       W8A8Config, W8A16Config, calibrate, quantize_)
+from .quantize import (QuantizeConfig, W4A4Config, W4A4MixedConfig, W4A8Config, W4A16Config,
+                       W4AFP8Config, W8A8Config, W8A16Config, calibrate, plan_w4a4_mixed,
+                       quantize_)
 
 __all__ = ["QuantizedLinear", "QuantizeConfig", "W4A8Config", "W8A8Config", "W4A16Config",
-           "W8A16Config", "W4A4Config", "W4AFP8Config", "quantize_", "calibrate",
+           "W8A16Config", "W4A4Config", "W4A4MixedConfig", "W4AFP8Config", "quantize_",
+           "calibrate", "plan_w4a4_mixed",
            "save_quantized", "load_quantized"]

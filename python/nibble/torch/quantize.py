@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from ..formats import linear_format
+from ..granularity import (GranularityPlan, plan_w4a4_granularity, tensor_core_ratio,
+                           weight_quantization_error)
 from .nn import QuantizedLinear
 
 
@@ -64,6 +66,22 @@ def W8A16Config(group_size: Optional[int] = None) -> QuantizeConfig:
 def W4A4Config(group_size: Optional[int] = None) -> QuantizeConfig:
     """int4 weights and int4 activations per token: w4a4_pc, w4a4_g128."""
     return QuantizeConfig("w4a4_" + _g(group_size))
+
+
+@dataclasses.dataclass(frozen=True)
+class W4A4MixedConfig:
+    """W4A4 with the granularity chosen per layer from the GPU's ρ (nibble.tensor_core_ratio):
+    each selected layer becomes w4a4_pc or w4a4_g128 by nibble.plan_w4a4_granularity — g128
+    where it lowers the layer's output error most per unit of modelled extra time, within
+    ``budget`` (a fraction over the all-per-channel time). ``rho``: the target GPU's ratio
+    (default: that of the model's CUDA device; required for a model on the CPU). Errors are
+    weighted by each layer's input mean squares when quantize_ gets calibration_data. Layers
+    whose K is not a multiple of 128 stay per channel. quantize_ stores the plan as
+    ``model.nibble_w4a4_plan``."""
+
+    budget: float = 0.1
+    rho: Optional[int] = None
+    layout: str = "auto"
 
 
 def W4AFP8Config(group_size: Optional[int] = None) -> QuantizeConfig:
@@ -136,7 +154,65 @@ def calibrate(model: nn.Module, layers: Sequence[Tuple[str, nn.Linear]],
     return amax
 
 
-def quantize_(model: nn.Module, config: Union[QuantizeConfig, str], *,
+@torch.no_grad()
+def input_mean_squares(model: nn.Module, layers: Sequence[Tuple[str, nn.Linear]],
+                       calibration_data: Iterable) -> dict:
+    """{name: float32 tensor (K,)}: the mean over calibration rows of each input column's square,
+    for every layer, while ``model`` runs on ``calibration_data`` (as calibrate)."""
+    sums = {name: None for name, _ in layers}
+    rows = {name: 0 for name, _ in layers}
+    hooks = []
+    for name, mod in layers:
+        def hook(_m, args, name=name):
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).double()
+            s = (x * x).sum(dim=0).cpu()
+            sums[name] = s if sums[name] is None else sums[name] + s
+            rows[name] += x.shape[0]
+        hooks.append(mod.register_forward_pre_hook(hook))
+    try:
+        for batch in calibration_data:
+            if isinstance(batch, dict):
+                model(**batch)
+            elif isinstance(batch, (tuple, list)):
+                model(*batch)
+            else:
+                model(batch)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: (sums[name] / max(rows[name], 1)).float()
+            for name, _ in layers if sums[name] is not None}
+
+
+def plan_w4a4_mixed(model: nn.Module, config: W4A4MixedConfig,
+                    layers: Sequence[Tuple[str, nn.Linear]],
+                    calibration_data: Optional[Iterable] = None) -> GranularityPlan:
+    """The per-layer plan quantize_ follows for a W4A4MixedConfig (see there)."""
+    rho = config.rho
+    if rho is None:
+        dev = next((m.weight.device for _, m in layers if m.weight.is_cuda), None)
+        if dev is None:
+            raise ValueError("W4A4MixedConfig: the model is not on a CUDA device; pass rho "
+                             "(nibble.tensor_core_ratio((major, minor)) of the target GPU)")
+        rho = tensor_core_ratio(dev)
+        if rho == 0:
+            raise ValueError(f"W4A4MixedConfig: rho is unknown for {dev}; pass rho")
+    moments = input_mean_squares(model, layers, calibration_data) if calibration_data else {}
+    rows = []
+    for name, mod in layers:
+        w = mod.weight.detach().to("cpu")
+        if w.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            w = w.float()
+        w = w.contiguous()
+        ms = moments.get(name)
+        e_pc = weight_quantization_error(w, "w4a4_pc", ms)
+        # g128 needs K % 128 == 0; elsewhere the layer can only stay per channel.
+        e_g = weight_quantization_error(w, "w4a4_g128", ms) if w.shape[1] % 128 == 0 else e_pc
+        rows.append((name, int(w.shape[0]), int(w.shape[1]), e_pc, e_g))
+    return plan_w4a4_granularity(rows, rho, config.budget)
+
+
+def quantize_(model: nn.Module, config: Union[QuantizeConfig, W4A4MixedConfig, str], *,
               filter_fn: Optional[Callable[[nn.Linear, str], bool]] = None,
               include: Union[str, Sequence[str], None] = None,
               exclude: Union[str, Sequence[str], None] = None,
@@ -152,7 +228,13 @@ def quantize_(model: nn.Module, config: Union[QuantizeConfig, str], *,
 
     Static formats (``_static``) need ``calibration_data``: batches the model is run on first
     (under no_grad), each layer's act_scale = max |input| / 127.
+
+    W4A4MixedConfig chooses w4a4_pc or w4a4_g128 per layer from the GPU's ρ and a time budget
+    (nibble.plan_w4a4_granularity); ``calibration_data``, when given, weights each layer's
+    error by its input's mean squares. The plan is kept as ``model.nibble_w4a4_plan``.
     """
+    if isinstance(config, W4A4MixedConfig):
+        return _quantize_mixed(model, config, filter_fn, include, exclude, calibration_data)
     cfg = config if isinstance(config, QuantizeConfig) else QuantizeConfig(config)
     fmt = linear_format(cfg.format)
     layers = []
@@ -176,3 +258,24 @@ def quantize_(model: nn.Module, config: Union[QuantizeConfig, str], *,
         _set(model, name, QuantizedLinear.from_linear(mod, fmt, act_scale=scales.get(name),
                                                       layout=cfg.layout))
     return model
+
+
+def _quantize_mixed(model, config, filter_fn, include, exclude, calibration_data):
+    pc = linear_format("w4a4_pc")
+    layers, skipped = [], []
+    for name, mod in _targets(model, filter_fn, include, exclude):
+        why = _fits(pc, mod)
+        if why:
+            skipped.append(f"{name} ({why})")
+        else:
+            layers.append((name, mod))
+    if skipped:
+        warnings.warn(f"nibble.torch.quantize_: W4A4 mixed left {len(skipped)} layer(s) "
+                      f"unquantized: {', '.join(skipped)}", stacklevel=3)
+    plan = plan_w4a4_mixed(model, config, layers, calibration_data)
+    for name, mod in layers:
+        _set(model, name, QuantizedLinear.from_linear(mod, plan.formats[name],
+                                                      layout=config.layout))
+    model.nibble_w4a4_plan = plan
+    return model
+

@@ -84,7 +84,9 @@ std::string w4a4_granularity_note(int device) {
          " : f32 CUDA-core throughput per SM), a g128 rescale costs at least " +
          std::to_string(100 * rho / 128) + "% of the MMA time; suggested: " +
          (rho <= 16 ? "w4a4_g128 (cheap rescale)"
-                    : "w4a4_pc (the per-group rescale would throttle the tensor cores)");
+                    : "w4a4_pc (the per-group rescale would throttle the tensor cores)") +
+         "; or per layer within a time budget (plan_w4a4_granularity, nibble.torch's "
+         "W4A4MixedConfig)";
 }
 
 bool rows_aligned16(const TensorView& t) {
