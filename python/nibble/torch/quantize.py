@@ -122,66 +122,77 @@ def _targets(model, filter_fn, include, exclude) -> List[Tuple[str, nn.Linear]]:
     return out
 
 
+def _select(model, fmt, what, filter_fn, include, exclude) -> List[Tuple[str, nn.Linear]]:
+    """The selected layers whose shape ``fmt`` takes; warns (naming ``what``) about the others,
+    which stay as they are."""
+    layers, skipped = [], []
+    for name, mod in _targets(model, filter_fn, include, exclude):
+        why = _fits(fmt, mod)
+        if why:
+            skipped.append(f"{name} ({why})")
+        else:
+            layers.append((name, mod))
+    if skipped:
+        warnings.warn(f"nibble.torch.quantize_: {what} left {len(skipped)} layer(s) "
+                      f"unquantized: {', '.join(skipped)}", stacklevel=3)
+    return layers
+
+
 def _set(model: nn.Module, name: str, module: nn.Module):
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     setattr(parent, child, module)
 
 
-@torch.no_grad()
+def _observe_inputs(model: nn.Module, layers: Sequence[Tuple[str, nn.Linear]],
+                    calibration_data: Iterable, observe: Callable[[str, torch.Tensor], None]):
+    """Runs ``model`` on every item of ``calibration_data`` (a tensor, a tuple of positional
+    arguments or a dict of keyword arguments) under no_grad, calling observe(name, input) for
+    each selected layer's input."""
+    hooks = [mod.register_forward_pre_hook(lambda _m, args, name=name: observe(name, args[0]))
+             for name, mod in layers]
+    try:
+        with torch.no_grad():
+            for batch in calibration_data:
+                if isinstance(batch, dict):
+                    model(**batch)
+                elif isinstance(batch, (tuple, list)):
+                    model(*batch)
+                else:
+                    model(batch)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def calibrate(model: nn.Module, layers: Sequence[Tuple[str, nn.Linear]],
               calibration_data: Iterable) -> dict:
     """{name: max |x|} over the inputs each layer sees while ``model`` runs on every item of
     ``calibration_data`` (a tensor, a tuple of positional arguments or a dict of keyword
     arguments)."""
     amax = {name: 0.0 for name, _ in layers}
-    hooks = []
-    for name, mod in layers:
-        def hook(_m, args, name=name):
-            amax[name] = max(amax[name], float(args[0].detach().abs().max()))
-        hooks.append(mod.register_forward_pre_hook(hook))
-    try:
-        for batch in calibration_data:
-            if isinstance(batch, dict):
-                model(**batch)
-            elif isinstance(batch, (tuple, list)):
-                model(*batch)
-            else:
-                model(batch)
-    finally:
-        for h in hooks:
-            h.remove()
+
+    def observe(name, x):
+        amax[name] = max(amax[name], float(x.detach().abs().max()))
+
+    _observe_inputs(model, layers, calibration_data, observe)
     return amax
 
 
-@torch.no_grad()
 def input_mean_squares(model: nn.Module, layers: Sequence[Tuple[str, nn.Linear]],
                        calibration_data: Iterable) -> dict:
     """{name: float32 tensor (K,)}: the mean over calibration rows of each input column's square,
     for every layer, while ``model`` runs on ``calibration_data`` (as calibrate)."""
-    sums = {name: None for name, _ in layers}
-    rows = {name: 0 for name, _ in layers}
-    hooks = []
-    for name, mod in layers:
-        def hook(_m, args, name=name):
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).double()
-            s = (x * x).sum(dim=0).cpu()
-            sums[name] = s if sums[name] is None else sums[name] + s
-            rows[name] += x.shape[0]
-        hooks.append(mod.register_forward_pre_hook(hook))
-    try:
-        for batch in calibration_data:
-            if isinstance(batch, dict):
-                model(**batch)
-            elif isinstance(batch, (tuple, list)):
-                model(*batch)
-            else:
-                model(batch)
-    finally:
-        for h in hooks:
-            h.remove()
-    return {name: (sums[name] / max(rows[name], 1)).float()
-            for name, _ in layers if sums[name] is not None}
+    sums, rows = {}, {}
+
+    def observe(name, x):
+        x = x.detach().reshape(-1, x.shape[-1]).double()
+        s = (x * x).sum(dim=0).cpu()
+        sums[name] = s if name not in sums else sums[name] + s
+        rows[name] = rows.get(name, 0) + x.shape[0]
+
+    _observe_inputs(model, layers, calibration_data, observe)
+    return {name: (sums[name] / rows[name]).float() for name in sums}
 
 
 def plan_w4a4_mixed(model: nn.Module, config: W4A4MixedConfig,
@@ -234,20 +245,17 @@ def quantize_(model: nn.Module, config: Union[QuantizeConfig, W4A4MixedConfig, s
     error by its input's mean squares. The plan is kept as ``model.nibble_w4a4_plan``.
     """
     if isinstance(config, W4A4MixedConfig):
-        return _quantize_mixed(model, config, filter_fn, include, exclude, calibration_data)
+        layers = _select(model, linear_format("w4a4_pc"), "W4A4 mixed", filter_fn, include,
+                         exclude)
+        plan = plan_w4a4_mixed(model, config, layers, calibration_data)
+        for name, mod in layers:
+            _set(model, name, QuantizedLinear.from_linear(mod, plan.formats[name],
+                                                          layout=config.layout))
+        model.nibble_w4a4_plan = plan
+        return model
     cfg = config if isinstance(config, QuantizeConfig) else QuantizeConfig(config)
     fmt = linear_format(cfg.format)
-    layers = []
-    skipped = []
-    for name, mod in _targets(model, filter_fn, include, exclude):
-        why = _fits(fmt, mod)
-        if why:
-            skipped.append(f"{name} ({why})")
-        else:
-            layers.append((name, mod))
-    if skipped:
-        warnings.warn(f"nibble.torch.quantize_: {fmt.name} left {len(skipped)} layer(s) "
-                      f"unquantized: {', '.join(skipped)}", stacklevel=2)
+    layers = _select(model, fmt, fmt.name, filter_fn, include, exclude)
     scales = {}
     if fmt.static:
         if calibration_data is None:
@@ -257,25 +265,5 @@ def quantize_(model: nn.Module, config: Union[QuantizeConfig, W4A4MixedConfig, s
     for name, mod in layers:
         _set(model, name, QuantizedLinear.from_linear(mod, fmt, act_scale=scales.get(name),
                                                       layout=cfg.layout))
-    return model
-
-
-def _quantize_mixed(model, config, filter_fn, include, exclude, calibration_data):
-    pc = linear_format("w4a4_pc")
-    layers, skipped = [], []
-    for name, mod in _targets(model, filter_fn, include, exclude):
-        why = _fits(pc, mod)
-        if why:
-            skipped.append(f"{name} ({why})")
-        else:
-            layers.append((name, mod))
-    if skipped:
-        warnings.warn(f"nibble.torch.quantize_: W4A4 mixed left {len(skipped)} layer(s) "
-                      f"unquantized: {', '.join(skipped)}", stacklevel=3)
-    plan = plan_w4a4_mixed(model, config, layers, calibration_data)
-    for name, mod in layers:
-        _set(model, name, QuantizedLinear.from_linear(mod, plan.formats[name],
-                                                      layout=config.layout))
-    model.nibble_w4a4_plan = plan
     return model
 
