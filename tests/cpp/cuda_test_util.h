@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "nibble/nibble.h"
 #include "test_util.h"
@@ -20,6 +22,29 @@ namespace nibble {
   do {                                                                                \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason(); \
   } while (0)
+
+/// Sets an environment variable for the scope and restores its previous value (or absence)
+/// afterwards. The dispatch points read their overrides per call (NIBBLE_W4A8_KERNEL,
+/// NIBBLE_W8A8_KERNEL, NIBBLE_WEIGHT_ONLY_KERNEL, NIBBLE_FUSED_ACT_QUANT), so tests force a
+/// kernel family or path with one of these.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old, had_ = true;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, previous_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string previous_;
+  bool had_ = false;
+};
 
 // Relative Frobenius error bound for float outputs computed from the same quantized operands:
 // differences come only from f32 summation order and the final rounding to the output dtype.

@@ -31,15 +31,6 @@ std::vector<std::string> w4a8_kernels() {
   return k;
 }
 
-// Forces one W4A8 kernel for the scope (the dispatcher reads NIBBLE_W4A8_KERNEL per call).
-class ForceKernel {
- public:
-  explicit ForceKernel(const std::string& name) { setenv("NIBBLE_W4A8_KERNEL", name.c_str(), 1); }
-  ~ForceKernel() { unsetenv("NIBBLE_W4A8_KERNEL"); }
-  ForceKernel(const ForceKernel&) = delete;
-  ForceKernel& operator=(const ForceKernel&) = delete;
-};
-
 Tensor gpu_s32(const Tensor& a, const PackedWeight& wd, int64_t m, int64_t n) {
   Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
   got.fill_bytes(0xCD);  // poison: every element must be written
@@ -64,7 +55,7 @@ TEST(CudaW4A8, S32IsBitExactOnOddShapes) {
       for (const std::string& kernel : w4a8_kernels()) {
         SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                      " K=" + std::to_string(k));
-        const ForceKernel force(kernel);
+        const ScopedEnv force("NIBBLE_W4A8_KERNEL", kernel);
         ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
       }
     }
@@ -87,7 +78,7 @@ TEST(CudaW4A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
     const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
     for (const std::string& kernel : w4a8_kernels()) {
       SCOPED_TRACE(kernel);
-      const ForceKernel force(kernel);
+      const ScopedEnv force("NIBBLE_W4A8_KERNEL", kernel);
       EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
     }
   }
@@ -107,7 +98,7 @@ TEST(CudaW4A8, SplitKIsDeterministic) {
     const QuantizedActivation qad = qa.to(Device::cuda());
     for (const std::string& kernel : w4a8_kernels()) {
       SCOPED_TRACE(kernel + " M=" + std::to_string(m));
-      const ForceKernel force(kernel);
+      const ScopedEnv force("NIBBLE_W4A8_KERNEL", kernel);
       Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
       linear(qad.view(), wd.view(), nullptr, d1.view());
       for (int i = 0; i < 5; ++i) linear(qad.view(), wd.view(), nullptr, d2.view());
@@ -157,7 +148,7 @@ TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
       for (const std::string& kernel : w4a8_kernels()) {
         SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                      " K=" + std::to_string(k));
-        const ForceKernel force(kernel);
+        const ScopedEnv force("NIBBLE_W4A8_KERNEL", kernel);
         Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
         got.fill_bytes(0xFF);  // NaN in every float dtype
         linear(qad.view(), wd.view(), &bias_dv, got.view());
@@ -181,21 +172,13 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Float activations with W4A8 weights: quantized per token inside the GEMM for M <= 16 when
-// NIBBLE_FUSED_ACT_QUANT=1 (one launch; forced here), by the activation kernel otherwise. Either way the int8 codes and scales are those of
-// quantize_activation, so with the same kernel (sm80_w4a8_gemm forced) the output bytes equal
-// quantize_activation + linear; with the dispatcher's choice, the CPU reference's tolerance.
-// Turns the fused-quantization path on for the scope (dispatch reads NIBBLE_FUSED_ACT_QUANT).
-class FuseActQuant {
- public:
-  FuseActQuant() { setenv("NIBBLE_FUSED_ACT_QUANT", "1", 1); }
-  ~FuseActQuant() { unsetenv("NIBBLE_FUSED_ACT_QUANT"); }
-  FuseActQuant(const FuseActQuant&) = delete;
-  FuseActQuant& operator=(const FuseActQuant&) = delete;
-};
-
+// NIBBLE_FUSED_ACT_QUANT=1 (one launch; forced here), by the activation kernel otherwise. Either
+// way the int8 codes and scales are those of quantize_activation, so with the same kernel
+// (sm80_w4a8_gemm forced) the output bytes equal quantize_activation + linear; with the
+// dispatcher's choice, the CPU reference's tolerance.
 TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
   NIBBLE_REQUIRE_GPU();
-  const FuseActQuant fuse;
+  const ScopedEnv fuse("NIBBLE_FUSED_ACT_QUANT", "1");
   const LinearFormat f = parse_linear_format(GetParam().format);
   if (f.act != ActScheme::s8_per_token) GTEST_SKIP() << "float-in W4A8 is dynamic per token";
   const DType out = GetParam().out;
@@ -224,7 +207,7 @@ TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
         linear(xd.view(), wd.view(), nullptr, got.view());
         synchronize(Device::cuda());
         ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
-        const ForceKernel force("sm80_w4a8_gemm");
+        const ScopedEnv force("NIBBLE_W4A8_KERNEL", "sm80_w4a8_gemm");
         Tensor fused = Tensor::empty(out, {m, n}, Device::cuda());
         Tensor split = Tensor::empty(out, {m, n}, Device::cuda());
         fused.fill_bytes(0xFF);
@@ -241,7 +224,7 @@ TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
 #if NIBBLE_WITH_CUDA
 TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
   NIBBLE_REQUIRE_GPU();
-  const FuseActQuant fuse;
+  const ScopedEnv fuse("NIBBLE_FUSED_ACT_QUANT", "1");
   // The decode step's linear: bf16 in, bf16 out, one launch, inside a captured graph.
   test::Rng rng;
   const int64_t m = 1, n = 4096, k = 4096;

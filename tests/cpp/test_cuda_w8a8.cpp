@@ -32,15 +32,6 @@ std::vector<std::string> w8a8_kernels() {
   return k;
 }
 
-// Forces one W8A8 kernel for the scope (dispatch reads NIBBLE_W8A8_KERNEL per call).
-class ForceKernel {
- public:
-  explicit ForceKernel(const std::string& name) { setenv("NIBBLE_W8A8_KERNEL", name.c_str(), 1); }
-  ~ForceKernel() { unsetenv("NIBBLE_W8A8_KERNEL"); }
-  ForceKernel(const ForceKernel&) = delete;
-  ForceKernel& operator=(const ForceKernel&) = delete;
-};
-
 Tensor gpu_s32(const Tensor& a, const Tensor& wd, int64_t m, int64_t n) {
   Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
   got.fill_bytes(0xCD);  // poison: every element must be written
@@ -67,7 +58,7 @@ TEST(CudaW8A8, S32IsBitExactOnOddShapes) {
       for (const std::string& kernel : w8a8_kernels()) {
         SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                      " K=" + std::to_string(k));
-        const ForceKernel force(kernel);
+        const ScopedEnv force("NIBBLE_W8A8_KERNEL", kernel);
         ASSERT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
       }
     }
@@ -91,7 +82,7 @@ TEST(CudaW8A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
     const Tensor wd = w.to(Device::cuda());
     for (const std::string& kernel : w8a8_kernels()) {
       SCOPED_TRACE(kernel);
-      const ForceKernel force(kernel);
+      const ScopedEnv force("NIBBLE_W8A8_KERNEL", kernel);
       EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
     }
   }
@@ -133,7 +124,7 @@ TEST_P(CudaW8A8Linear, MatchesReferenceOnOddShapes) {
       for (const std::string& kernel : w8a8_kernels()) {
         SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                      " K=" + std::to_string(k));
-        const ForceKernel force(kernel);
+        const ScopedEnv force("NIBBLE_W8A8_KERNEL", kernel);
         Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
         got.fill_bytes(0xFF);  // NaN in every float dtype
         linear(qad.view(), qwd.view(), &bias_dv, got.view());
@@ -197,7 +188,7 @@ TEST(CudaW8A8, SplitKIsDeterministic) {
     const QuantizedActivation qad = qa.to(Device::cuda());
     for (const std::string& kernel : w8a8_kernels()) {
       SCOPED_TRACE(kernel + " M=" + std::to_string(m));
-      const ForceKernel force(kernel);
+      const ScopedEnv force("NIBBLE_W8A8_KERNEL", kernel);
       Tensor d1 = Tensor::empty(DType::f32, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
       linear(qad.view(), qwd.view(), nullptr, d1.view());
       for (int i = 0; i < 5; ++i) linear(qad.view(), qwd.view(), nullptr, d2.view());

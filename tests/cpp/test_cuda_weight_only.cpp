@@ -43,17 +43,6 @@ std::vector<std::string> weight_only_kernels() {
   return k;
 }
 
-// Forces one weight-only kernel for the scope (dispatch reads NIBBLE_WEIGHT_ONLY_KERNEL per call).
-class ForceKernel {
- public:
-  explicit ForceKernel(const std::string& name) {
-    setenv("NIBBLE_WEIGHT_ONLY_KERNEL", name.c_str(), 1);
-  }
-  ~ForceKernel() { unsetenv("NIBBLE_WEIGHT_ONLY_KERNEL"); }
-  ForceKernel(const ForceKernel&) = delete;
-  ForceKernel& operator=(const ForceKernel&) = delete;
-};
-
 struct Case {
   const char* format;
   DType x;
@@ -93,7 +82,7 @@ TEST_P(CudaWeightOnlyLinear, MatchesReferenceOnOddShapes) {
       const Tensor xd = x.to(Device::cuda());
       for (const std::string& kernel : weight_only_kernels()) {
         SCOPED_TRACE(kernel);
-        const ForceKernel force(kernel);
+        const ScopedEnv force("NIBBLE_WEIGHT_ONLY_KERNEL", kernel);
         Tensor got = Tensor::empty(c.out, {m, n}, Device::cuda());
         got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
         linear(xd.view(), wd.view(), &bias_dv, got.view());
@@ -147,7 +136,7 @@ TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
       const Tensor xd = x.to(Device::cuda());
       for (const std::string& kernel : weight_only_kernels()) {
         SCOPED_TRACE(kernel);
-        const ForceKernel force(kernel);
+        const ScopedEnv force("NIBBLE_WEIGHT_ONLY_KERNEL", kernel);
         Tensor got = Tensor::empty(DType::f32, {m, n}, Device::cuda());
         got.fill_bytes(0xFF);
         linear(xd.view(), wd.view(), nullptr, got.view());
@@ -170,7 +159,7 @@ TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
     const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
     for (const std::string& kernel : weight_only_kernels()) {
       SCOPED_TRACE(kernel + " M=" + std::to_string(m));
-      const ForceKernel force(kernel);
+      const ScopedEnv force("NIBBLE_WEIGHT_ONLY_KERNEL", kernel);
       Tensor d1 = Tensor::empty(DType::bf16, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
       linear(xd.view(), wd.view(), nullptr, d1.view());
       for (int i = 0; i < 5; ++i) linear(xd.view(), wd.view(), nullptr, d2.view());
