@@ -5,6 +5,8 @@
 # Files written (at most 8, flat, so the device tool can return them all):
 #   build.log (with SASS MMA / local-memory counts)  test.log  demo.log  bench.log  bench.json
 #   summary.json  sanitizer-memcheck.log  sanitizer-racecheck.log
+# Then, within the machine's 30 s warm period, scripts/gpu-followup.sh runs the runner, Python
+# and activation-quantization checks on this build without rebuilding.
 # Env: NIBBLE_COMMIT (recorded in the JSON), NIBBLE_BENCH_ARGS (extra `bench gemm` arguments),
 #      NIBBLE_BENCH_KERNELS (see the bench section), NIBBLE_WERROR (default ON).
 set -uo pipefail
