@@ -88,4 +88,3 @@ fi
 
 tar -C "$out" -czf "$out/followup.tar.gz" followup
 note "wrote $out/followup.tar.gz ($(du -h "$out/followup.tar.gz" | cut -f1))"
-cat "$summary"
