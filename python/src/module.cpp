@@ -51,6 +51,41 @@ nb::tuple packed_tuple(const nibble::PackedWeight& p) {
                         array_or_none(p.zeros));
 }
 
+// Binds `name`(a, w, d, stream) → nibble::gemm_s32, with the weight read by read_w.
+template <class ReadW>
+void bind_gemm_s32(nb::module_& m, const char* name, ReadW read_w) {
+  m.def(
+      name,
+      [read_w](nb::handle a, nb::handle w, nb::handle d, uintptr_t stream) {
+        Call c("gemm_s32");
+        const nibble::TensorView av = c.input(a, "a");
+        const auto wv = read_w(c, w);
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::gemm_s32(av, wv, dv, stream_from(stream));
+      },
+      nb::arg("a"), nb::arg("w"), nb::arg("d"), nb::arg("stream") = 0);
+}
+
+// Binds `name`(a, w, bias, d, stream) → nibble::linear, with the activations and the weight read
+// from Python by read_a / read_w (which decide the C++ overload).
+template <class ReadA, class ReadW>
+void bind_linear(nb::module_& m, const char* name, const char* a_arg, ReadA read_a, ReadW read_w) {
+  m.def(
+      name,
+      [read_a, read_w](nb::handle a, nb::handle w, nb::handle bias, nb::handle d,
+                       uintptr_t stream) {
+        Call c("linear");
+        const auto av = read_a(c, a);
+        const auto wv = read_w(c, w);
+        const nibble::TensorView bv = c.input(bias, "bias");
+        const nibble::TensorView dv = c.output(d, "d");
+        nb::gil_scoped_release release;
+        nibble::linear(av, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
+      },
+      nb::arg(a_arg), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -275,76 +310,18 @@ NB_MODULE(_C, m) {
   });
 
   // ---- GEMMs ---------------------------------------------------------------------------------
-  m.def(
-      "gemm_s32",
-      [](nb::handle a, nb::handle w, nb::handle d, uintptr_t stream) {
-        Call c("gemm_s32");
-        const nibble::TensorView av = c.input(a, "a");
-        const nibble::TensorView wv = c.input(w, "w");
-        const nibble::TensorView dv = c.output(d, "d");
-        nb::gil_scoped_release release;
-        nibble::gemm_s32(av, wv, dv, stream_from(stream));
-      },
-      nb::arg("a"), nb::arg("w"), nb::arg("d"), nb::arg("stream") = 0);
-  m.def(
-      "gemm_s32_packed",
-      [](nb::handle a, nb::handle w, nb::handle d, uintptr_t stream) {
-        Call c("gemm_s32");
-        const nibble::TensorView av = c.input(a, "a");
-        const nibble::PackedWeightView wv = c.packed(w, "w");
-        const nibble::TensorView dv = c.output(d, "d");
-        nb::gil_scoped_release release;
-        nibble::gemm_s32(av, wv, dv, stream_from(stream));
-      },
-      nb::arg("a"), nb::arg("w"), nb::arg("d"), nb::arg("stream") = 0);
-  m.def(
-      "linear",
-      [](nb::handle a, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
-        Call c("linear");
-        const nibble::QuantizedActivationView av = c.activation(a, "a", false);
-        const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
-        const nibble::TensorView bv = c.input(bias, "bias");
-        const nibble::TensorView dv = c.output(d, "d");
-        nb::gil_scoped_release release;
-        nibble::linear(av, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
-      },
-      nb::arg("a"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
-  m.def(
-      "linear_a16",
-      [](nb::handle x, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
-        Call c("linear");
-        const nibble::TensorView xv = c.input(x, "x");
-        const nibble::QuantizedWeightView wv = c.weight(w, "w", false);
-        const nibble::TensorView bv = c.input(bias, "bias");
-        const nibble::TensorView dv = c.output(d, "d");
-        nb::gil_scoped_release release;
-        nibble::linear(xv, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
-      },
-      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
-  m.def(
-      "linear_packed",
-      [](nb::handle a, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
-        Call c("linear");
-        const nibble::QuantizedActivationView av = c.activation(a, "a", false);
-        const nibble::PackedWeightView wv = c.packed(w, "w");
-        const nibble::TensorView bv = c.input(bias, "bias");
-        const nibble::TensorView dv = c.output(d, "d");
-        nb::gil_scoped_release release;
-        nibble::linear(av, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
-      },
-      nb::arg("a"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
-  m.def(
-      "linear_packed_a16",
-      [](nb::handle x, nb::handle w, nb::handle bias, nb::handle d, uintptr_t stream) {
-        Call c("linear");
-        const nibble::TensorView xv = c.input(x, "x");
-        const nibble::PackedWeightView wv = c.packed(w, "w");
-        const nibble::TensorView bv = c.input(bias, "bias");
-        const nibble::TensorView dv = c.output(d, "d");
-        nb::gil_scoped_release release;
-        nibble::linear(xv, wv, bias.is_none() ? nullptr : &bv, dv, stream_from(stream));
-      },
-      nb::arg("x"), nb::arg("w"), nb::arg("bias").none(), nb::arg("d"), nb::arg("stream") = 0);
+  // Raw integer GEMMs, with a logical or a packed weight.
+  bind_gemm_s32(m, "gemm_s32", [](Call& c, nb::handle w) { return c.input(w, "w"); });
+  bind_gemm_s32(m, "gemm_s32_packed", [](Call& c, nb::handle w) { return c.packed(w, "w"); });
+  // The four linear entry points: quantized or float activations × logical or packed weights.
+  const auto quantized_a = [](Call& c, nb::handle a) { return c.activation(a, "a", false); };
+  const auto float_x = [](Call& c, nb::handle x) { return c.input(x, "x"); };
+  const auto logical_w = [](Call& c, nb::handle w) { return c.weight(w, "w", false); };
+  const auto packed_w = [](Call& c, nb::handle w) { return c.packed(w, "w"); };
+  bind_linear(m, "linear", "a", quantized_a, logical_w);
+  bind_linear(m, "linear_a16", "x", float_x, logical_w);
+  bind_linear(m, "linear_packed", "a", quantized_a, packed_w);
+  bind_linear(m, "linear_packed_a16", "x", float_x, packed_w);
   m.def("explain", [](const std::string& format, int64_t m_, int64_t n, int64_t k,
                       const std::string& device_type, int index) {
     return nibble::explain(nibble::parse_linear_format(format), m_, n, k,
