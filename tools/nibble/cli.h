@@ -31,5 +31,6 @@ int run_tokenize(int argc, char** argv);
 int run_quantize_model(int argc, char** argv);
 int run_quantize(int argc, char** argv);
 int run_bench_model(int argc, char** argv);
+int run_granularity(int argc, char** argv);
 
 }  // namespace nibble::cli

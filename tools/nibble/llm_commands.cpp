@@ -17,6 +17,7 @@
 #include "llm/quantize_model.h"
 #include "llm/runner.h"
 #include "nibble/nibble.h"
+#include "nibble/quant_algorithms.h"
 
 namespace nibble::cli {
 
@@ -646,6 +647,59 @@ int quantize_command(const std::string& cmd, int argc, char** argv) {
 }
 
 }  // namespace
+
+// `nibble granularity MODEL`: the W4A4 mixed-granularity plan of a model's block linears
+// (plan_w4a4_granularity) for a GPU of ratio ρ, from each layer's weight error in w4a4_pc and
+// w4a4_g128 (round to nearest; K padded with zero columns to 128 as the runner pads it, which
+// changes neither error).
+int run_granularity(int argc, char** argv) {
+  const Invocation inv = parse("granularity", argc, argv, {"rho", "budget"});
+  const Args& a = inv.args;
+  int rho = static_cast<int>(a.get_int("rho", 0));
+  if (rho == 0 && cuda_device_count() > 0) {
+    const DeviceInfo info = cuda_device_info(0);
+    rho = tensor_core_ratio(info.cc_major, info.cc_minor);
+  }
+  if (rho <= 0)
+    usage_error("granularity", "give --rho R (64 sm_80, 16 sm_86, 8 sm_89, 32 sm_90): no GPU to "
+                               "read it from, or an unknown one");
+  const double budget = std::atof(a.get("budget", "0.1").c_str());
+  ModelFiles m = open(inv);
+  const ModelConfig& c = m.config;
+  const WeightFormat pc = parse_linear_format("w4a4_pc").weight;
+  const WeightFormat g128 = parse_linear_format("w4a4_g128").weight;
+  std::vector<GranularityLayer> layers;
+  const int64_t n_layers = a.has("layers") ? std::min<int64_t>(a.get_int("layers", 0), c.n_layers)
+                                           : c.n_layers;
+  for (int64_t l = 0; l < n_layers; ++l)
+    for (const llm::BlockLinear which : llm::kBlockLinears) {
+      const std::string name = "blk." + std::to_string(l) + "." + llm::tensor_role(which);
+      const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+      int64_t n = 0, k = 0;
+      switch (which) {
+        case llm::BlockLinear::q: n = qd, k = c.dim; break;
+        case llm::BlockLinear::k:
+        case llm::BlockLinear::v: n = kvd, k = c.dim; break;
+        case llm::BlockLinear::o: n = c.dim, k = qd; break;
+        case llm::BlockLinear::gate:
+        case llm::BlockLinear::up: n = c.ffn_dim, k = c.dim; break;
+        case llm::BlockLinear::down: n = c.dim, k = c.ffn_dim; break;
+      }
+      const std::vector<float> w = m.weights->load(name, {n, k});
+      const int64_t kp = (k + 127) / 128 * 128;
+      Tensor wp = Tensor::empty(DType::f32, {n, kp});
+      float* dst = wp.view().ptr<float>();
+      for (int64_t r = 0; r < n; ++r) {
+        std::copy_n(w.data() + r * k, k, dst + r * kp);
+        std::fill(dst + r * kp + k, dst + (r + 1) * kp, 0.0f);
+      }
+      layers.push_back({name, n, kp, weight_quantization_error(wp.view(), pc),
+                        weight_quantization_error(wp.view(), g128)});
+    }
+  const GranularityPlan plan = plan_w4a4_granularity(layers, rho, budget);
+  std::printf("%s | %s\n%s\n", m.path.c_str(), c.describe().c_str(), plan.describe().c_str());
+  return 0;
+}
 
 int run_quantize(int argc, char** argv) { return quantize_command("quantize", argc, argv); }
 

@@ -189,6 +189,9 @@ void usage() {
   std::printf(
       "usage: nibble <command> [options]\n"
       "  info                 build, compiled CUDA archs, GPUs found\n"
+      "  granularity MODEL [--rho R] [--budget 0.1] [--layers N]\n"
+      "                       W4A4 mixed granularity: w4a4_pc or w4a4_g128 per block linear\n"
+      "                       for a GPU of ratio R (default: this GPU's), within a time budget\n"
       "  info MODEL [--load [--format FMT]]\n"
       "                       a model's config, weights and tokenizer (.gguf or HF directory)\n"
       "  generate MODEL [--prompt TEXT | --prompt-ids 1,2,...] [-n 32] [--chat]\n"
@@ -251,6 +254,7 @@ int main(int argc, char** argv) {
     if (cmd == "quantize-model") return run_quantize_model(argc, argv);
     if (cmd == "quantize") return run_quantize(argc, argv);
     if (cmd == "bench-model") return run_bench_model(argc, argv);
+    if (cmd == "granularity") return run_granularity(argc, argv);
     if (cmd == "formats") return run_formats();
     if (cmd == "bench") return run_bench(argc, argv);
     if (cmd == "layout") return run_layout(parse_args(argc, argv, 2, {"print"}));
