@@ -12,10 +12,42 @@ namespace nibble::cpu {
 
 namespace {
 
-// Row r of an integer tensor, widened to int32 (unpacks 4-bit values).
+// Row r of an integer tensor, widened to int32 (unpacks 4-bit values). Contiguous rows of the
+// storage dtypes take a loop without the per-element dtype switch of get_int: this unpacking is
+// most of the reference's time (the CPU runner's decode steps), and the values are the same.
 void load_int_row(const TensorView& t, int64_t r, int64_t cols, std::vector<int32_t>& row) {
   row.resize(static_cast<size_t>(cols));
-  for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = get_int(t, r, c);
+  int32_t* out = row.data();
+  if (t.rank == 2 && t.stride(1) == 1) {
+    const int64_t first = r * t.stride(0);  // element index of (r, 0)
+    const auto* bytes = static_cast<const uint8_t*>(t.data);
+    switch (t.dtype) {
+      case DType::s8:
+        for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<const int8_t*>(t.data)[first + c];
+        return;
+      case DType::u8:
+        for (int64_t c = 0; c < cols; ++c) out[c] = bytes[first + c];
+        return;
+      case DType::s4:
+      case DType::u4:
+        if (first % 2 == 0) {  // rows start on a byte (rows_packed: even strides)
+          const uint8_t* p = bytes + first / 2;
+          const int32_t sign = t.dtype == DType::s4 ? 8 : 0;  // nib ^ 8 − 8 sign-extends
+          int64_t c = 0;
+          for (; c + 1 < cols; c += 2) {  // a byte: the low nibble first
+            const int32_t byte = p[c >> 1];
+            out[c] = ((byte & 0xF) ^ sign) - sign;
+            out[c + 1] = ((byte >> 4) ^ sign) - sign;
+          }
+          if (c < cols) out[c] = ((p[c >> 1] & 0xF) ^ sign) - sign;
+          return;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) out[c] = get_int(t, r, c);
 }
 
 int32_t dot_int(const int32_t* a, const int32_t* w, int64_t len) {
@@ -31,9 +63,42 @@ void store_output(const TensorView& d, const TensorView* bias, int64_t m, int64_
 
 // Integer weight rows as the GEMM sees them: q for s4/s8 weights, w8 for two-level weights.
 void load_weight_int_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& row) {
-  if (w.format.scheme != WeightScheme::s4_two_level) return load_int_row(w.q, n, w.k, row);
-  row.resize(static_cast<size_t>(w.k));
-  for (int64_t k = 0; k < w.k; ++k) row[static_cast<size_t>(k)] = two_level_w8(w, n, k);
+  load_int_row(w.q, n, w.k, row);
+  if (w.format.scheme != WeightScheme::s4_two_level) return;
+  const int64_t g = w.format.group_size;
+  for (int64_t k0 = 0; k0 < w.k; k0 += g) {  // w8 = g_s · (q − g_z), as two_level_w8
+    const int32_t gs = get_int(w.group_scales, n, k0 / g), gz = get_int(w.zeros, n, k0 / g);
+    for (int64_t k = k0; k < k0 + g; ++k)
+      row[static_cast<size_t>(k)] = gs * (row[static_cast<size_t>(k)] - gz);
+  }
+}
+
+// Row n of deq(W) as f32: dequantize_weight_element of every k, with the group's scale and zero
+// read once per group.
+void load_weight_float_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& q,
+                           std::vector<float>& row) {
+  load_weight_int_row(w, n, q);
+  const WeightFormat& f = w.format;
+  const bool per_row = f.per_channel() || f.scheme == WeightScheme::s4_two_level;
+  const int64_t g = per_row ? w.k : f.group_size;
+  for (int64_t k0 = 0; k0 < w.k; k0 += g) {
+    const int64_t gi = per_row ? 0 : k0 / g;
+    const float s = get_float(w.scales, n, gi);
+    for (int64_t k = k0; k < k0 + g; ++k) {
+      const int32_t v = q[static_cast<size_t>(k)];
+      float x = 0.0f;
+      switch (f.scheme) {
+        case WeightScheme::s4_sym:
+        case WeightScheme::s8_sym:
+        case WeightScheme::s4_two_level: x = s * static_cast<float>(v); break;
+        case WeightScheme::u4_asym: x = s * static_cast<float>(v - get_int(w.zeros, n, gi)); break;
+        case WeightScheme::u4_fzp:
+          x = s * static_cast<float>(v - 8) + get_float(w.zeros, n, gi);
+          break;
+      }
+      row[static_cast<size_t>(k)] = x;
+    }
+  }
 }
 
 }  // namespace
@@ -105,9 +170,9 @@ void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView*
     for (int64_t k = 0; k < k_len; ++k) row[static_cast<size_t>(k)] = get_float(x, m, k);
   }
   std::vector<float> w_row(static_cast<size_t>(k_len));
+  std::vector<int32_t> q_row;
   for (int64_t n = 0; n < w.n; ++n) {
-    for (int64_t k = 0; k < k_len; ++k)
-      w_row[static_cast<size_t>(k)] = dequantize_weight_element(w, n, k);
+    load_weight_float_row(w, n, q_row, w_row);
     for (int64_t m = 0; m < m_rows; ++m) {
       const float* xr = x_rows[static_cast<size_t>(m)].data();
       float sum = 0.0f;
