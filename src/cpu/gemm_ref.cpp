@@ -10,11 +10,9 @@
 
 namespace nibble::cpu {
 
-namespace {
-
-// Row r of an integer tensor, widened to int32 (unpacks 4-bit values). Contiguous rows of the
-// storage dtypes take a loop without the per-element dtype switch of get_int: this unpacking is
-// most of the reference's time (the CPU runner's decode steps), and the values are the same.
+// The row loaders of view_access.h. Contiguous rows of the storage dtypes take a loop without
+// the per-element dtype switch of get_int: this unpacking is most of the reference's time (the
+// CPU runner's decode steps), and the values are the same.
 void load_int_row(const TensorView& t, int64_t r, int64_t cols, std::vector<int32_t>& row) {
   row.resize(static_cast<size_t>(cols));
   int32_t* out = row.data();
@@ -50,6 +48,19 @@ void load_int_row(const TensorView& t, int64_t r, int64_t cols, std::vector<int3
   for (int64_t c = 0; c < cols; ++c) out[c] = get_int(t, r, c);
 }
 
+void load_weight_int_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& row) {
+  load_int_row(w.q, n, w.k, row);
+  if (w.format.scheme != WeightScheme::s4_two_level) return;
+  const int64_t g = w.format.group_size;
+  for (int64_t k0 = 0; k0 < w.k; k0 += g) {  // w8 = g_s · (q − g_z)
+    const int32_t gs = get_int(w.group_scales, n, k0 / g), gz = get_int(w.zeros, n, k0 / g);
+    for (int64_t k = k0; k < k0 + g; ++k)
+      row[static_cast<size_t>(k)] = gs * (row[static_cast<size_t>(k)] - gz);
+  }
+}
+
+namespace {
+
 int32_t dot_int(const int32_t* a, const int32_t* w, int64_t len) {
   int32_t acc = 0;
   for (int64_t k = 0; k < len; ++k) acc += a[k] * w[k];
@@ -59,46 +70,6 @@ int32_t dot_int(const int32_t* a, const int32_t* w, int64_t len) {
 void store_output(const TensorView& d, const TensorView* bias, int64_t m, int64_t n, float v) {
   if (bias != nullptr) v += get_float(*bias, n, 0);
   set_float(d, m, n, v);
-}
-
-// Integer weight rows as the GEMM sees them: q for s4/s8 weights, w8 for two-level weights.
-void load_weight_int_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& row) {
-  load_int_row(w.q, n, w.k, row);
-  if (w.format.scheme != WeightScheme::s4_two_level) return;
-  const int64_t g = w.format.group_size;
-  for (int64_t k0 = 0; k0 < w.k; k0 += g) {  // w8 = g_s · (q − g_z), as two_level_w8
-    const int32_t gs = get_int(w.group_scales, n, k0 / g), gz = get_int(w.zeros, n, k0 / g);
-    for (int64_t k = k0; k < k0 + g; ++k)
-      row[static_cast<size_t>(k)] = gs * (row[static_cast<size_t>(k)] - gz);
-  }
-}
-
-// Row n of deq(W) as f32: dequantize_weight_element of every k, with the group's scale and zero
-// read once per group.
-void load_weight_float_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& q,
-                           std::vector<float>& row) {
-  load_weight_int_row(w, n, q);
-  const WeightFormat& f = w.format;
-  const bool per_row = f.per_channel() || f.scheme == WeightScheme::s4_two_level;
-  const int64_t g = per_row ? w.k : f.group_size;
-  for (int64_t k0 = 0; k0 < w.k; k0 += g) {
-    const int64_t gi = per_row ? 0 : k0 / g;
-    const float s = get_float(w.scales, n, gi);
-    for (int64_t k = k0; k < k0 + g; ++k) {
-      const int32_t v = q[static_cast<size_t>(k)];
-      float x = 0.0f;
-      switch (f.scheme) {
-        case WeightScheme::s4_sym:
-        case WeightScheme::s8_sym:
-        case WeightScheme::s4_two_level: x = s * static_cast<float>(v); break;
-        case WeightScheme::u4_asym: x = s * static_cast<float>(v - get_int(w.zeros, n, gi)); break;
-        case WeightScheme::u4_fzp:
-          x = s * static_cast<float>(v - 8) + get_float(w.zeros, n, gi);
-          break;
-      }
-      row[static_cast<size_t>(k)] = x;
-    }
-  }
 }
 
 }  // namespace
@@ -169,10 +140,10 @@ void linear(const TensorView& x, const QuantizedWeightView& w, const TensorView*
     row.resize(static_cast<size_t>(k_len));
     for (int64_t k = 0; k < k_len; ++k) row[static_cast<size_t>(k)] = get_float(x, m, k);
   }
-  std::vector<float> w_row(static_cast<size_t>(k_len));
+  std::vector<float> w_row;
   std::vector<int32_t> q_row;
   for (int64_t n = 0; n < w.n; ++n) {
-    load_weight_float_row(w, n, q_row, w_row);
+    dequantize_weight_row(w, n, q_row, w_row);
     for (int64_t m = 0; m < m_rows; ++m) {
       const float* xr = x_rows[static_cast<size_t>(m)].data();
       float sum = 0.0f;

@@ -150,26 +150,46 @@ void quantize_weight(const TensorView& w, const QuantizedWeightView& out) {
   });
 }
 
-float dequantize_weight_element(const QuantizedWeightView& w, int64_t n, int64_t k) {
+void dequantize_weight_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& q,
+                           std::vector<float>& row) {
+  load_weight_int_row(w, n, q);
+  row.resize(static_cast<size_t>(w.k));
   const WeightFormat& f = w.format;
-  const int64_t gi = f.per_channel() ? 0 : k / f.group_size;
-  const int32_t q = get_int(w.q, n, k);
-  switch (f.scheme) {
-    case WeightScheme::s4_sym:
-    case WeightScheme::s8_sym: return get_float(w.scales, n, gi) * static_cast<float>(q);
-    case WeightScheme::u4_asym:
-      return get_float(w.scales, n, gi) * static_cast<float>(q - get_int(w.zeros, n, gi));
-    case WeightScheme::u4_fzp:
-      return get_float(w.scales, n, gi) * static_cast<float>(q - 8) + get_float(w.zeros, n, gi);
-    case WeightScheme::s4_two_level:
-      return get_float(w.scales, n, 0) * static_cast<float>(two_level_w8(w, n, k));
+  const bool per_row = f.per_channel() || f.scheme == WeightScheme::s4_two_level;
+  const int64_t g = per_row ? w.k : f.group_size;
+  for (int64_t k0 = 0; k0 < w.k; k0 += g) {  // one group: its scale and zero read once
+    const int64_t gi = per_row ? 0 : k0 / g;
+    const float s = get_float(w.scales, n, gi);
+    switch (f.scheme) {
+      case WeightScheme::s4_sym:
+      case WeightScheme::s8_sym:
+      case WeightScheme::s4_two_level:  // q holds w8 = g_s · (q − g_z)
+        for (int64_t k = k0; k < k0 + g; ++k)
+          row[size_t(k)] = s * static_cast<float>(q[size_t(k)]);
+        break;
+      case WeightScheme::u4_asym: {
+        const int32_t z = get_int(w.zeros, n, gi);
+        for (int64_t k = k0; k < k0 + g; ++k)
+          row[size_t(k)] = s * static_cast<float>(q[size_t(k)] - z);
+        break;
+      }
+      case WeightScheme::u4_fzp: {  // the float zero is the real value at q = 8
+        const float zero = get_float(w.zeros, n, gi);
+        for (int64_t k = k0; k < k0 + g; ++k)
+          row[size_t(k)] = s * static_cast<float>(q[size_t(k)] - 8) + zero;
+        break;
+      }
+    }
   }
-  return 0.0f;
 }
 
 void dequantize_weight(const QuantizedWeightView& w, const TensorView& out) {
-  for (int64_t n = 0; n < w.n; ++n)
-    for (int64_t k = 0; k < w.k; ++k) set_float(out, n, k, dequantize_weight_element(w, n, k));
+  std::vector<int32_t> q;
+  std::vector<float> row;
+  for (int64_t n = 0; n < w.n; ++n) {
+    dequantize_weight_row(w, n, q, row);
+    for (int64_t k = 0; k < w.k; ++k) set_float(out, n, k, row[size_t(k)]);
+  }
 }
 
 int rms_fixed_point_bits(int64_t k) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "nibble/numeric.h"
 #include "nibble/quantize.h"
@@ -26,13 +27,15 @@ inline void set_int(const TensorView& t, int64_t r, int64_t c, int32_t v) {
   store_int(t.data, t.dtype, element_offset(t, r, c), v);
 }
 
-/// The exact int8 weight of the two-level format: w8 = g_s · (q − g_z).
-inline int32_t two_level_w8(const QuantizedWeightView& w, int64_t n, int64_t k) {
-  const int64_t gi = k / w.format.group_size;
-  return get_int(w.group_scales, n, gi) * (get_int(w.q, n, k) - get_int(w.zeros, n, gi));
-}
+/// Row r of an integer tensor (rank 2) widened to int32, 4-bit values unpacked.
+void load_int_row(const TensorView& t, int64_t r, int64_t cols, std::vector<int32_t>& row);
 
-/// One element of deq(W) as f32 (the format's exact inverse mapping).
-float dequantize_weight_element(const QuantizedWeightView& w, int64_t n, int64_t k);
+/// Row n of the integer weights the GEMMs multiply: q, or for the two-level format the exact
+/// int8 weight w8 = g_s · (q − g_z).
+void load_weight_int_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& row);
+
+/// Row n of deq(W) as f32, the format's exact inverse mapping (`q` is scratch for the integers).
+void dequantize_weight_row(const QuantizedWeightView& w, int64_t n, std::vector<int32_t>& q,
+                           std::vector<float>& row);
 
 }  // namespace nibble::cpu

@@ -112,8 +112,8 @@ double weight_quantization_error(const TensorView& w, const WeightFormat& format
                   "must be empty or hold K = " + std::to_string(k) + " values, got " +
                       std::to_string(input_mean_square.size()));
   for (const float v : input_mean_square)
-    check.condition(std::isfinite(v) && v >= 0, "input_mean_square",
-                    "must hold finite values >= 0, got " + std::to_string(v));
+    if (!(std::isfinite(v) && v >= 0))  // (the message is built only on failure)
+      check.fail("input_mean_square", "must hold finite values >= 0, got " + std::to_string(v));
   QuantizedWeight q(format, n, k);  // quantize_weight checks the format against the shape
   quantize_weight(w, q.view());
   Tensor deq = Tensor::empty(DType::f32, {n, k});
