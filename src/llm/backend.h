@@ -117,6 +117,13 @@ inline constexpr BlockLinear kBlockLinears[] = {
     BlockLinear::gate, BlockLinear::up, BlockLinear::down};
 /// Its tensor name within a block: "attn_q.weight", ..., "ffn_down.weight".
 const char* tensor_role(BlockLinear which);
+/// Its full tensor name in layer `layer`: "blk.3.attn_q.weight".
+std::string tensor_name(int64_t layer, BlockLinear which);
+/// Its weight's shape (N output features, K input features) in a model of config c.
+struct LinearShape {
+  int64_t n, k;
+};
+LinearShape linear_shape(const ModelConfig& c, BlockLinear which);
 
 /// Sees the input x (m, k) of a block linear just before it runs.
 using LinearObserver =

@@ -351,6 +351,24 @@ const char* tensor_role(BlockLinear which) {
   return names[static_cast<int>(which)];
 }
 
+std::string tensor_name(int64_t layer, BlockLinear which) {
+  return "blk." + std::to_string(layer) + "." + tensor_role(which);
+}
+
+LinearShape linear_shape(const ModelConfig& c, BlockLinear which) {
+  const int64_t d = c.dim, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  switch (which) {
+    case BlockLinear::q: return {qd, d};
+    case BlockLinear::k:
+    case BlockLinear::v: return {kvd, d};
+    case BlockLinear::o: return {d, qd};
+    case BlockLinear::gate:
+    case BlockLinear::up: return {c.ffn_dim, d};
+    case BlockLinear::down: return {d, c.ffn_dim};
+  }
+  return {0, 0};
+}
+
 std::unique_ptr<BlockRunner> make_cpu_block_runner(ModelFiles& files,
                                                    const BackendOptions& options) {
   return std::make_unique<CpuBackend>(files, options);

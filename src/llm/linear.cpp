@@ -135,14 +135,9 @@ class NibbleLinear final : public Linear {
       : format_(f), name_(name), n_(n), k_(k), kp_(padded_k(name, k)), pool_(pool) {
     // Pad K to the group size (and to an even count for packed int4): zero columns of W meet
     // zero columns of x, so the products are those of the unpadded layer.
-    Tensor wp = Tensor::empty(DType::f32, {n, kp_});
-    float* dst = wp.view().ptr<float>();
-    for (int64_t r = 0; r < n; ++r) {
-      std::copy_n(w.data() + r * k, k, dst + r * kp_);
-      std::fill(dst + r * kp_ + k, dst + (r + 1) * kp_, 0.0f);
-    }
+    std::vector<float> wp = pad_columns(w, n, k, kp_);
     qw_ = QuantizedWeight(f.weight, n, kp_);
-    quantize_weight(wp.view(), qw_.view());
+    quantize_weight(TensorView::contiguous(wp.data(), DType::f32, {n, kp_}), qw_.view());
   }
 
   NibbleLinear(const LinearFormat& f, const std::string& name, QuantizedWeight qw, int64_t k,
@@ -304,6 +299,13 @@ void check_weight_mode(const std::string& mode) {
     detail::fail(ErrorCode::unsupported, "nibble::llm: '" + mode +
                                              "' needs calibrated static activation scales, which "
                                              "the runner does not compute");
+}
+
+std::vector<float> pad_columns(const std::vector<float>& w, int64_t n, int64_t k, int64_t kp) {
+  if (kp == k) return w;
+  std::vector<float> out(static_cast<size_t>(n * kp), 0.0f);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(w.data() + r * k, k, out.data() + r * kp);
+  return out;
 }
 
 int64_t padded_k(const std::string& mode, int64_t k) {

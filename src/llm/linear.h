@@ -62,6 +62,8 @@ std::unique_ptr<Linear> make_linear(const std::string& mode, std::vector<float> 
 /// K as a layer in a nibble format stores it: rounded up to the group size (to an even count
 /// for per-channel 4-bit formats). K itself for f32 and bf16.
 int64_t padded_k(const std::string& mode, int64_t k);
+/// w (n, k) row-major → (n, kp) with kp − k zero columns appended (kp ≥ k).
+std::vector<float> pad_columns(const std::vector<float>& w, int64_t n, int64_t k, int64_t kp);
 
 /// A layer from weights already quantized in the nibble format `mode` (a pre-quantized
 /// checkpoint): qw is (n, padded_k(mode, k)) in the weight format of `mode`; a "sim:" mode runs

@@ -19,33 +19,6 @@ namespace {
   detail::fail(code, "nibble::llm::quantize_model: " + msg);
 }
 
-struct Shape {
-  int64_t n, k;
-};
-
-Shape shape_of(const ModelConfig& c, BlockLinear which) {
-  const int64_t d = c.dim, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-  switch (which) {
-    case BlockLinear::q:
-      return {qd, d};
-    case BlockLinear::k:
-    case BlockLinear::v:
-      return {kvd, d};
-    case BlockLinear::o:
-      return {d, qd};
-    case BlockLinear::gate:
-    case BlockLinear::up:
-      return {c.ffn_dim, d};
-    case BlockLinear::down:
-      return {d, c.ffn_dim};
-  }
-  return {0, 0};
-}
-
-std::string tensor_name(int64_t layer, BlockLinear which) {
-  return "blk." + std::to_string(layer) + "." + tensor_role(which);
-}
-
 // The linears reading one input: q/k/v, o, gate/up, down. Observers and Hessians are kept per
 // input, under the first linear of each group.
 BlockLinear input_of(BlockLinear which) {
@@ -62,21 +35,13 @@ BlockLinear input_of(BlockLinear which) {
 constexpr BlockLinear kInputs[] = {BlockLinear::q, BlockLinear::o, BlockLinear::gate,
                                    BlockLinear::down};
 
-// w (n, k) → (n, kp) with zero columns appended.
-std::vector<float> pad_columns(const std::vector<float>& w, int64_t n, int64_t k, int64_t kp) {
-  if (kp == k) return w;
-  std::vector<float> out(static_cast<size_t>(n * kp), 0.0f);
-  for (int64_t r = 0; r < n; ++r) std::copy_n(w.data() + r * k, k, out.data() + r * kp);
-  return out;
-}
-
 // Folds SmoothQuant into the float weights of one block (see quantize_model.h).
 void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
                       const std::map<BlockLinear, std::vector<float>>& act, double alpha) {
   auto colmax = [&](std::initializer_list<BlockLinear> ls) {
     std::vector<float> m;
     for (BlockLinear l : ls) {
-      const Shape s = shape_of(c, l);
+      const LinearShape s = linear_shape(c, l);
       m.resize(static_cast<size_t>(s.k), 0.0f);
       std::vector<float>& w = mem.values(tensor_name(layer, l));
       column_absmax(TensorView::contiguous(w.data(), DType::f32, {s.n, s.k}), m);
@@ -84,12 +49,12 @@ void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
     return m;
   };
   auto scale_cols = [&](BlockLinear l, const std::vector<float>& s) {
-    const Shape sh = shape_of(c, l);
+    const LinearShape sh = linear_shape(c, l);
     std::vector<float>& w = mem.values(tensor_name(layer, l));
     scale_weight_columns(TensorView::contiguous(w.data(), DType::f32, {sh.n, sh.k}), s);
   };
   auto divide_rows = [&](BlockLinear l, const std::vector<float>& s) {
-    const Shape sh = shape_of(c, l);
+    const LinearShape sh = linear_shape(c, l);
     std::vector<float>& w = mem.values(tensor_name(layer, l));
     for (int64_t r = 0; r < sh.n; ++r)
       for (int64_t i = 0; i < sh.k; ++i)
@@ -221,7 +186,7 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
     copy("blk." + std::to_string(l) + ".attn_norm.weight", {d});
     copy("blk." + std::to_string(l) + ".ffn_norm.weight", {d});
     for (BlockLinear which : kBlockLinears) {
-      const Shape s = shape_of(c, which);
+      const LinearShape s = linear_shape(c, which);
       copy(tensor_name(l, which), {s.n, s.k});
     }
   }
@@ -243,7 +208,7 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
     // One f32 pass: per-channel max |x| of the four inputs of every block.
     std::vector<std::map<BlockLinear, std::vector<float>>> act(static_cast<size_t>(c.n_layers));
     for (auto& a : act)
-      for (BlockLinear in : kInputs) a[in].assign(static_cast<size_t>(shape_of(c, in).k), 0.0f);
+      for (BlockLinear in : kInputs) a[in].assign(static_cast<size_t>(linear_shape(c, in).k), 0.0f);
     auto runner = make_cpu_block_runner(work, bo);
     const LinearObserver observe = [&](int64_t layer, BlockLinear which, const float* x,
                                        int64_t rows, int64_t k) {
@@ -271,7 +236,7 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
   const int64_t total = c.n_layers * 7;
   // One linear of block l, quantized with `h` (GPTQ) or by rounding; stored in mem.
   auto quantize_one = [&](int64_t l, BlockLinear which, const GptqHessian* h) {
-    const Shape s = shape_of(c, which);
+    const LinearShape s = linear_shape(c, which);
     const std::string name = tensor_name(l, which);
     const int64_t kp = padded_k(opt.format, s.k);
     std::vector<float> w = pad_columns(mem.values(name), s.n, s.k, kp);
@@ -306,7 +271,7 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
   for (int64_t l = 0; l < c.n_layers; ++l) {
     std::map<BlockLinear, std::unique_ptr<GptqHessian>> hs;
     for (BlockLinear in : kInputs)
-      hs[in] = std::make_unique<GptqHessian>(padded_k(opt.format, shape_of(c, in).k));
+      hs[in] = std::make_unique<GptqHessian>(padded_k(opt.format, linear_shape(c, in).k));
     const LinearObserver observe = [&](int64_t, BlockLinear which, const float* x, int64_t rows,
                                        int64_t k) {
       if (input_of(which) != which) return;
@@ -329,7 +294,7 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
       for (int64_t i = i0; i < i1; ++i) quantize_one(l, order[i], hs[input_of(order[i])].get());
     });
     for (BlockLinear which : kBlockLinears) {
-      const Shape s = shape_of(c, which);
+      const LinearShape s = linear_shape(c, which);
       const std::string name = tensor_name(l, which);
       runner->set_linear(
           l, which,

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "llm/backend.h"
 #include "llm/file_util.h"
+#include "llm/linear.h"
 #include "llm/model_files.h"
 #include "llm/quantize_model.h"
 #include "llm/runner.h"
@@ -673,28 +674,13 @@ int run_granularity(int argc, char** argv) {
                                            : c.n_layers;
   for (int64_t l = 0; l < n_layers; ++l)
     for (const llm::BlockLinear which : llm::kBlockLinears) {
-      const std::string name = "blk." + std::to_string(l) + "." + llm::tensor_role(which);
-      const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-      int64_t n = 0, k = 0;
-      switch (which) {
-        case llm::BlockLinear::q: n = qd, k = c.dim; break;
-        case llm::BlockLinear::k:
-        case llm::BlockLinear::v: n = kvd, k = c.dim; break;
-        case llm::BlockLinear::o: n = c.dim, k = qd; break;
-        case llm::BlockLinear::gate:
-        case llm::BlockLinear::up: n = c.ffn_dim, k = c.dim; break;
-        case llm::BlockLinear::down: n = c.dim, k = c.ffn_dim; break;
-      }
-      const std::vector<float> w = m.weights->load(name, {n, k});
-      const int64_t kp = (k + 127) / 128 * 128;
-      Tensor wp = Tensor::empty(DType::f32, {n, kp});
-      float* dst = wp.view().ptr<float>();
-      for (int64_t r = 0; r < n; ++r) {
-        std::copy_n(w.data() + r * k, k, dst + r * kp);
-        std::fill(dst + r * kp + k, dst + (r + 1) * kp, 0.0f);
-      }
-      layers.push_back({name, n, kp, weight_quantization_error(wp.view(), pc),
-                        weight_quantization_error(wp.view(), g128)});
+      const std::string name = llm::tensor_name(l, which);
+      const auto [n, k] = llm::linear_shape(c, which);
+      const int64_t kp = llm::padded_k("w4a4_g128", k);
+      std::vector<float> w = llm::pad_columns(m.weights->load(name, {n, k}), n, k, kp);
+      const TensorView wv = TensorView::contiguous(w.data(), DType::f32, {n, kp});
+      layers.push_back({name, n, kp, weight_quantization_error(wv, pc),
+                        weight_quantization_error(wv, g128)});
     }
   const GranularityPlan plan = plan_w4a4_granularity(layers, rho, budget);
   std::printf("%s | %s\n%s\n", m.path.c_str(), c.describe().c_str(), plan.describe().c_str());
