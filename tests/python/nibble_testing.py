@@ -2,6 +2,7 @@
 skip markers. The C++ suite's counterparts are tests/cpp/test_util.h and cuda_test_util.h."""
 
 import os
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -89,18 +90,32 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 
 # ---- environment -----------------------------------------------------------------------------------
-def have_torch() -> bool:
+def _torch_import_error() -> Optional[str]:
+    """Why `import torch` fails here (None when it works). A torch that is installed but does
+    not load (a wheel half-extracted on a full disk, missing CUDA libraries) counts as absent
+    with its reason in the skip message, instead of failing the whole suite at collection."""
     try:
         import torch  # noqa: F401
-        return True
-    except ImportError:
-        return False
+        return None
+    except Exception as e:  # ImportError, or OSError from torch's own shared libraries
+        return f"{type(e).__name__}: {e}"
+
+
+_TORCH_IMPORT_ERROR = _torch_import_error()
+
+
+def have_torch() -> bool:
+    return _TORCH_IMPORT_ERROR is None
+
+
+def torch_skip_reason() -> str:
+    return "torch is not usable (" + (_TORCH_IMPORT_ERROR or "?") + ")"
 
 
 def have_cuda() -> bool:
     return nibble.cuda_device_count() > 0
 
 
-requires_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installed")
+requires_torch = pytest.mark.skipif(not have_torch(), reason=torch_skip_reason())
 requires_cuda = pytest.mark.skipif(
     not have_cuda(), reason="no CUDA device: " + (nibble.cuda_unavailable_reason() or "?"))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import nibble
-from nibble_testing import have_torch, rel_fro, tol_vs_float
+from nibble_testing import have_torch, rel_fro, tol_vs_float, torch_skip_reason
 
 
 def test_rho_of_the_gpus_and_the_time_model():
@@ -57,7 +57,7 @@ def test_planner_spends_the_budget_on_the_best_gain_per_cost():
         nibble.plan_w4a4_granularity(LAYERS, 32, -1.0)
 
 
-@pytest.mark.skipif(not have_torch(), reason="torch is not installed")
+@pytest.mark.skipif(not have_torch(), reason=torch_skip_reason())
 def test_quantize_mixed_follows_the_plan_and_stays_close_to_float(rng):
     import torch
     from torch import nn

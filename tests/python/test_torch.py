@@ -9,10 +9,10 @@ import pytest
 
 import nibble
 from nibble_testing import (REL_TOL_F32_OUT, REL_TOL_HALF_OUT, have_torch, rel_fro,
-                            tol_vs_float)
+                            tol_vs_float, torch_skip_reason)
 
 if not have_torch():
-    pytest.skip("torch is not installed: nibble.torch tests skipped", allow_module_level=True)
+    pytest.skip(torch_skip_reason() + ": nibble.torch tests skipped", allow_module_level=True)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402

@@ -9,10 +9,10 @@ import pytest
 
 import nibble
 from nibble_testing import (REL_TOL_COMPILED, REL_TOL_F32_OUT, REL_TOL_HALF_OUT, have_cuda,
-                            have_torch, rel_fro, tol_vs_float)
+                            have_torch, rel_fro, tol_vs_float, torch_skip_reason)
 
 if not have_torch():
-    pytest.skip("torch is not installed: nibble.torch CUDA tests skipped",
+    pytest.skip(torch_skip_reason() + ": nibble.torch CUDA tests skipped",
                 allow_module_level=True)
 if not have_cuda():
     pytest.skip("no CUDA device for nibble: " + nibble.cuda_unavailable_reason(),
