@@ -1,8 +1,10 @@
-// int4 → int8 in registers, four values per 32-bit word, for the W4A8 tensor-core kernels
-// (sm80_w4a8_gemm, sm90_w4a8_gemm). The packed layout (w4_mma_k128) holds unsigned nibbles u:
-// u = v + 8 for s4_sym weights, u = q for two-level weights.
+// int4 → 8-bit tensor-core operands in registers, four values per 32-bit word, for the W4A8 and
+// W4A-FP8 tensor-core kernels (sm80_w4a8_gemm, sm90_w4a8_gemm). The packed layout (w4_mma_k128)
+// holds unsigned nibbles u: u = v + 8 for s4_sym weights, u = q for two-level weights. The
+// functions are host-callable too, so tests/cpp/test_int4_decode.cpp checks every nibble on the
+// CPU.
 //
-// offset_xor (exact, any weights):
+// → int8, offset_xor (exact, any weights):
 //   x  = word & 0x0F0F0F0F                 (low nibbles → one unsigned value u per byte)
 //   b  = (x · g_s + offset·0x01010101) ^ 0x80808080
 // Every byte of x·g_s + offset is u·g_s + offset = w8 + 128 ∈ [0, 255], so no carry crosses a
@@ -10,30 +12,84 @@
 // g_s = 1 and offset = 120 (u + 120 = v + 128); two-level weights their group's g_s and
 // 128 − g_s·g_z. Three instructions per 4 values for the low nibbles, four for the high ones
 // (one shift more): no per-element shifts (LiquidGEMM's IMAD + XOR).
+//
+// → e4m3, scaled by 2⁻⁹ (s4_sym weights, for wgmma with fp8 activations):
+//   e4m3 codes 0x00..0x0F are exactly c·2⁻⁹ (0x00..0x07 subnormal, 0x08..0x0F the first binade),
+//   and the sign is bit 7, so v·2⁻⁹ for v ∈ [−8, 7] is the byte v (v ≥ 0) or 0x80 | −v (v < 0).
+//   Per byte, with c = u XOR 8 (= v for v ≥ 0, = v + 16 ≥ 8 for v < 0):
+//     v ≥ 0 (bit 3 of u set):  code = c
+//     v < 0:                   code = 0x90 − c  (= 0x80 | (8 − u) = 0x80 | −v)
+//   0x90909090 − c has no borrow between bytes (c ≤ 15), and the byte mask of bit 3 of u comes
+//   from one byte permute in sign-replicate mode. The kernel multiplies its f32 sums by 2⁹
+//   (kE4m3WeightScale), which is exact. Five instructions per 4 values.
 #pragma once
 
 #include <cstdint>
+
+#include "common/host_device.h"
 
 namespace nibble::cuda {
 
 /// The per-byte offset operand `offset·0x01010101` of s4_sym weights (offset 120).
 constexpr uint32_t kS4SymOffset4 = 0x78787878u;
+/// decode_*_e4m3 give v·2⁻⁹: sums of their products are multiplied by this (exactly).
+constexpr float kE4m3WeightScale = 512.0f;
+
+/// PTX prmt (__byte_perm): byte i of the result is byte s_i & 7 of the pair {b, a} (a = bytes
+/// 0..3), or, when bit 3 of selector nibble s_i is set, that byte's bit 7 copied to all 8 bits.
+NIBBLE_HOST_DEVICE inline uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  // prmt itself rather than __byte_perm, whose documented selector has three bits only.
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+  return d;
+#else
+  const uint64_t pair = (uint64_t{b} << 32) | a;
+  uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t sel = (s >> (4 * i)) & 0xFu;
+    uint32_t byte = static_cast<uint32_t>(pair >> (8 * (sel & 7u))) & 0xFFu;
+    if (sel & 8u) byte = (byte & 0x80u) ? 0xFFu : 0x00u;
+    out |= byte << (8 * i);
+  }
+  return out;
+#endif
+}
 
 /// int8 weights of the low nibbles of `word` (bytes b: k = base + b).
-__device__ __forceinline__ uint32_t decode_low_nibbles(uint32_t word, uint32_t gs,
-                                                       uint32_t offset4) {
+NIBBLE_HOST_DEVICE inline uint32_t decode_low_nibbles(uint32_t word, uint32_t gs,
+                                                      uint32_t offset4) {
   return ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
 }
 
 /// int8 weights of the high nibbles of `word` (bytes b: k = base + 16 + b).
-__device__ __forceinline__ uint32_t decode_high_nibbles(uint32_t word, uint32_t gs,
-                                                        uint32_t offset4) {
+NIBBLE_HOST_DEVICE inline uint32_t decode_high_nibbles(uint32_t word, uint32_t gs,
+                                                       uint32_t offset4) {
   return (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
 }
 
+/// Four e4m3 codes of v·2⁻⁹ from the unsigned nibbles u = v + 8 in bits 0..3 of each byte of
+/// `nibbles` (bits 4..7 ignored); `sign_bytes` has bit 3 of each u at bit 7 of its byte.
+NIBBLE_HOST_DEVICE inline uint32_t nibbles_to_e4m3(uint32_t nibbles, uint32_t sign_bytes) {
+  const uint32_t c = (nibbles & 0x0F0F0F0Fu) ^ 0x08080808u;
+  const uint32_t negative = 0x90909090u - c;
+  const uint32_t nonneg_mask = byte_perm(sign_bytes, 0u, 0xBA98u);  // 0xFF where u ≥ 8
+  return (c & nonneg_mask) | (negative & ~nonneg_mask);
+}
+
+/// e4m3 weights ×2⁻⁹ of the low nibbles of `word` (s4_sym, u = v + 8; bytes as decode_low_nibbles).
+NIBBLE_HOST_DEVICE inline uint32_t decode_low_nibbles_e4m3(uint32_t word) {
+  return nibbles_to_e4m3(word, word << 4);
+}
+
+/// e4m3 weights ×2⁻⁹ of the high nibbles of `word` (bytes as decode_high_nibbles).
+NIBBLE_HOST_DEVICE inline uint32_t decode_high_nibbles_e4m3(uint32_t word) {
+  return nibbles_to_e4m3(word >> 4, word);
+}
+
 /// Two-level group parameters `g_s | (128 − g_s·g_z) << 8` → (g_s, offset·0x01010101).
-__device__ __forceinline__ void two_level_operands(uint32_t param, uint32_t& gs,
-                                                   uint32_t& offset4) {
+NIBBLE_HOST_DEVICE inline void two_level_operands(uint32_t param, uint32_t& gs,
+                                                  uint32_t& offset4) {
   gs = param & 0xFFu;
   offset4 = (param >> 8) * 0x01010101u;
 }

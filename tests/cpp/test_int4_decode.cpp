@@ -1,0 +1,66 @@
+// The int4 → 8-bit register decodings of the tensor-core kernels (src/cuda/common/
+// int4_decode.cuh), run on the CPU: the same inline functions the kernels call, with the
+// host emulation of prmt. Every nibble value in every byte position, and random words, against
+// the format's definition: u = v + 8, v ∈ [−8, 7]; the e4m3 decoding gives v·2⁻⁹ exactly,
+// read back with the independent decoder of test_util.h.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "cuda/common/int4_decode.cuh"
+#include "test_util.h"
+
+namespace nibble {
+namespace {
+
+using cuda::byte_perm;
+using cuda::decode_high_nibbles;
+using cuda::decode_high_nibbles_e4m3;
+using cuda::decode_low_nibbles;
+using cuda::decode_low_nibbles_e4m3;
+using cuda::kE4m3WeightScale;
+using cuda::kS4SymOffset4;
+
+uint32_t byte_of(uint32_t word, int b) { return (word >> (8 * b)) & 0xFFu; }
+
+// Checks the four low-nibble and four high-nibble values of `word` in both decodings.
+void expect_word_decodes(uint32_t word) {
+  const uint32_t lo8 = decode_low_nibbles(word, 1u, kS4SymOffset4);
+  const uint32_t hi8 = decode_high_nibbles(word, 1u, kS4SymOffset4);
+  const uint32_t lo_e = decode_low_nibbles_e4m3(word);
+  const uint32_t hi_e = decode_high_nibbles_e4m3(word);
+  for (int b = 0; b < 4; ++b) {
+    const int v_lo = static_cast<int>(byte_of(word, b) & 0xF) - 8;
+    const int v_hi = static_cast<int>(byte_of(word, b) >> 4) - 8;
+    EXPECT_EQ(static_cast<int8_t>(byte_of(lo8, b)), v_lo) << std::hex << "word 0x" << word;
+    EXPECT_EQ(static_cast<int8_t>(byte_of(hi8, b)), v_hi) << std::hex << "word 0x" << word;
+    EXPECT_EQ(test::decode_e4m3(static_cast<uint8_t>(byte_of(lo_e, b))) * kE4m3WeightScale,
+              static_cast<float>(v_lo))
+        << std::hex << "word 0x" << word << " byte " << b;
+    EXPECT_EQ(test::decode_e4m3(static_cast<uint8_t>(byte_of(hi_e, b))) * kE4m3WeightScale,
+              static_cast<float>(v_hi))
+        << std::hex << "word 0x" << word << " byte " << b;
+  }
+}
+
+TEST(Int4Decode, EveryNibbleInEveryPositionDecodesToItsValue) {
+  for (int pos = 0; pos < 8; ++pos)
+    for (uint32_t u = 0; u < 16; ++u)
+      for (uint32_t fill : {0x00000000u, 0x88888888u, 0xFFFFFFFFu, 0x77777777u})
+        expect_word_decodes((fill & ~(0xFu << (4 * pos))) | (u << (4 * pos)));
+}
+
+TEST(Int4Decode, RandomWordsDecodeToTheirValues) {
+  test::Rng rng;
+  for (int i = 0; i < 20000; ++i) expect_word_decodes(static_cast<uint32_t>(rng.engine()()));
+}
+
+TEST(Int4Decode, HostBytePermuteFollowsPrmt) {
+  // Copy mode: bytes of {b, a}; sign-replicate mode: bit 7 of the chosen byte, 8 times.
+  EXPECT_EQ(byte_perm(0x33221100u, 0x77665544u, 0x7531u), 0x77553311u);
+  EXPECT_EQ(byte_perm(0x80017F00u, 0u, 0xBA98u), 0xFF000000u);
+  EXPECT_EQ(byte_perm(0x00800000u, 0u, 0x3A10u), 0x00FF0000u);
+}
+
+}  // namespace
+}  // namespace nibble
