@@ -11,28 +11,38 @@
 
 namespace nibble::bench {
 
+namespace {
+// xorshift64: cheap enough for the gigabytes of weights a run fills.
+uint64_t xorshift_seed(uint64_t seed) { return seed * 0x9E3779B97F4A7C15ull + 1; }
+uint64_t xorshift_next(uint64_t& x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+// Uniform in [-1, 1) from the top 24 bits.
+float xorshift_unit(uint64_t& x) { return static_cast<float>(xorshift_next(x) >> 40) * 0x1p-23f - 1.0f; }
+}  // namespace
+
 void fill_random(void* dst, size_t bytes, uint64_t seed) {
   std::vector<uint64_t> host((bytes + 7) / 8);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : host) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = x;
-  }
+  uint64_t x = xorshift_seed(seed);
+  for (auto& v : host) v = xorshift_next(x);
   BENCH_CUDA(cudaMemcpy(dst, host.data(), bytes, cudaMemcpyHostToDevice));
 }
 
 void fill_bf16(void* dst, size_t count, uint64_t seed) {
   std::vector<uint16_t> host(count);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& v : host) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    v = f32_to_bf16_bits(static_cast<float>(x >> 40) * 0x1p-23f - 1.0f);
-  }
+  uint64_t x = xorshift_seed(seed);
+  for (auto& v : host) v = f32_to_bf16_bits(xorshift_unit(x));
   BENCH_CUDA(cudaMemcpy(dst, host.data(), count * 2, cudaMemcpyHostToDevice));
+}
+
+void fill_e4m3(void* dst, size_t count, uint64_t seed) {
+  std::vector<uint8_t> host(count);
+  uint64_t x = xorshift_seed(seed);
+  for (auto& v : host) v = f32_to_e4m3_bits(448.0f * xorshift_unit(x));
+  BENCH_CUDA(cudaMemcpy(dst, host.data(), count, cudaMemcpyHostToDevice));
 }
 
 void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed) {

@@ -33,6 +33,9 @@ struct DeviceBuffer {
 void fill_random(void* dst, size_t bytes, uint64_t seed);
 /// bf16 uniform in [-1, 1): cheap enough for the gigabytes a run needs.
 void fill_bf16(void* dst, size_t count, uint64_t seed);
+/// e4m3 codes of values uniform in [-448, 448) (finite: no NaN codes), like per-token fp8
+/// activations.
+void fill_e4m3(void* dst, size_t count, uint64_t seed);
 /// f32 uniform in [lo, hi).
 void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed);
 

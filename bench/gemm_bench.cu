@@ -1,8 +1,9 @@
-// `nibble bench gemm`: times nibble's linears (packed W4A8 with int8 activations in; packed W4A16
-// and W8A16 with bf16 activations in; W8A8 on its logical int8 weights) against cuBLAS bf16
-// (cublasGemmEx), cuBLASLt int8 (s8×s8→s32) and cuBLASLt int8 followed by a separate rescale
-// kernel to bf16 (what an unfused W8A8 costs: the int32 product makes a round trip to memory)
-// on Llama layer shapes, in one run.
+// `nibble bench gemm`: times nibble's linears (packed W4A8 with int8 activations in, packed
+// W4A-FP8 with e4m3 ones; packed W4A16 and W8A16 with bf16 activations in; W8A8 on its logical
+// int8 weights) against cuBLAS bf16 (cublasGemmEx), cuBLASLt int8 (s8×s8→s32), cuBLASLt int8
+// followed by a separate rescale kernel to bf16 (what an unfused W8A8 costs: the int32 product
+// makes a round trip to memory) and, on sm_89+, cuBLASLt FP8 (e4m3×e4m3→bf16, with and without
+// fast accumulation) on Llama layer shapes, in one run.
 //
 // Method (docs/kernels.md): every timed op is captured `iters` times into a CUDA graph that
 // cycles through enough weight copies to exceed 3× L2, so weights stream from HBM as in real
@@ -108,6 +109,61 @@ __global__ void rescale_s32_to_bf16(const int32_t* acc, const float* s_a, const 
     d[j] = __float2bfloat16_rn(s_a[j / n] * (s_w[j % n] * float(acc[j])));
 }
 
+// One cuBLASLt matmul D (M, N) row-major = A (M, K) · W (N, K)ᵀ, computed as the column-major
+// Dᵀ = W·Aᵀ with W transposed (the "TN" form int8 and FP8 need): its descriptor, layouts and
+// the heuristic's first algorithm. alpha = 1, beta = 0 in the scale type.
+struct LtGemm {
+  cublasLtHandle_t lt;
+  size_t ws_bytes;
+  cudaDataType_t scale_type;
+  cublasLtMatmulDesc_t desc{};
+  cublasLtMatrixLayout_t la{}, lb{}, lc{};
+  cublasLtMatmulHeuristicResult_t heur{};
+  bool found = false;
+
+  LtGemm(cublasLtHandle_t handle, size_t workspace_bytes, cublasComputeType_t compute,
+         cudaDataType_t scale, cudaDataType_t in, cudaDataType_t out, int64_t m, int64_t n,
+         int64_t k, bool fast_accum)
+      : lt(handle), ws_bytes(workspace_bytes), scale_type(scale) {
+    BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc, compute, scale));
+    const cublasOperation_t opT = CUBLAS_OP_T;
+    BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
+    if (fast_accum) {
+      const int8_t on = 1;
+      BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on));
+    }
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, in, k, n, k));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, in, k, m, k));
+    BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lc, out, n, m, n));
+    cublasLtMatmulPreference_t pref;
+    BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    int count = 0;
+    found = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &count) ==
+                CUBLAS_STATUS_SUCCESS &&
+            count > 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  ~LtGemm() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  void run(const void* w, const void* a, void* d, void* ws, cudaStream_t stream) const {
+    const int32_t alpha_i = 1, beta_i = 0;
+    const float alpha_f = 1.0f, beta_f = 0.0f;
+    const bool f32 = scale_type == CUDA_R_32F;
+    BENCH_CUBLAS(cublasLtMatmul(lt, desc, f32 ? static_cast<const void*>(&alpha_f) : &alpha_i, w, la,
+                                a, lb, f32 ? static_cast<const void*>(&beta_f) : &beta_i, d, lc, d,
+                                lc, &heur.algo, ws, ws_bytes, stream));
+  }
+};
+
 double packed_bytes(const PackedWeight& p) {
   return double(p.q.nbytes()) + double(p.scales.nbytes()) +
          (p.group_params.defined() ? double(p.group_params.nbytes()) : 0.0) +
@@ -168,6 +224,8 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     DeviceBuffer a_s8(size_t(max_m) * k), a_bf16(size_t(max_m) * k * 2);
     DeviceBuffer a_scales(size_t(max_m) * 4), d_out(size_t(max_m) * n * 4);
     DeviceBuffer acc_s32(size_t(max_m) * n * 4), w_scales(size_t(n) * 4);
+    DeviceBuffer a_e4m3(size_t(max_m) * k);
+    fill_e4m3(a_e4m3.p, size_t(max_m) * k, 15);
     fill_f32(w_scales.p, size_t(n), 1e-3f, 2e-3f, 14);
     fill_random(a_s8.p, size_t(max_m) * k, 11);
     fill_bf16(a_bf16.p, size_t(max_m) * k, 12);
@@ -183,6 +241,13 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     for (int i = 0; i < s8_copies; ++i) {
       w_s8.push_back(std::make_unique<DeviceBuffer>(size_t(n) * k));
       fill_random(w_s8.back()->p, size_t(n) * k, 200 + i);
+    }
+    // FP8 tensor cores: sm_89 and newer.
+    const bool fp8_peers = dev.cc_major * 10 + dev.cc_minor >= 89;
+    std::vector<std::unique_ptr<DeviceBuffer>> w_e4m3;
+    for (int i = 0; fp8_peers && i < s8_copies; ++i) {
+      w_e4m3.push_back(std::make_unique<DeviceBuffer>(size_t(n) * k));
+      fill_e4m3(w_e4m3.back()->p, size_t(n) * k, 250 + i);
     }
     // Ours: packed weights where the format has a packed layout, else the logical weights
     // (W8A8, whose kernels read the row-major int8 matrix).
@@ -225,10 +290,13 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       for (const Ours& o : ours) {
         const LinearFormat f = parse_linear_format(o.format);
         QuantizedActivationView qa;
-        // int8 activations, or int4 ones for W4A4 (the random bytes are valid codes either way).
-        const bool a4 = f.act == ActScheme::s4_per_token;
-        qa.scheme = a4 ? ActScheme::s4_per_token : ActScheme::s8_per_token;
-        qa.q = TensorView::contiguous(a_s8.p, a4 ? DType::s4 : DType::s8, {m, k}, Device::cuda());
+        // int8 activations, int4 ones for W4A4 (the random bytes are valid codes either way), or
+        // finite e4m3 codes for W4A-FP8.
+        const bool a4 = f.act == ActScheme::s4_per_token, fp8 = f.act == ActScheme::e4m3_per_token;
+        qa.scheme = a4 ? ActScheme::s4_per_token : fp8 ? ActScheme::e4m3_per_token : ActScheme::s8_per_token;
+        qa.q = TensorView::contiguous(fp8 ? a_e4m3.p : a_s8.p,
+                                      a4 ? DType::s4 : fp8 ? DType::e4m3 : DType::s8, {m, k},
+                                      Device::cuda());
         qa.scales = TensorView::contiguous(a_scales.p, DType::f32, {m}, Device::cuda());
         const TensorView d = TensorView::contiguous(d_out.p, DType::bf16, {m, n}, Device::cuda());
         std::string kernel = explain(f, m, n, k, Device::cuda());
@@ -276,50 +344,49 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
                                   &beta, d_out.p, CUDA_R_16BF, static_cast<int>(n),
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       });
-      // cuBLASLt int8: s8×s8 → s32, same layout trick.
-      {
-        cublasLtMatmulDesc_t desc;
-        cublasLtMatrixLayout_t la, lb, lc;
-        BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32I, CUDA_R_32I));
-        const cublasOperation_t opT = CUBLAS_OP_T;
-        BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
-        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_8I, k, n, k));
-        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8I, k, m, k));
-        BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32I, n, m, n));
-        cublasLtMatmulPreference_t pref;
-        BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-        BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes, sizeof lt_ws_bytes));
-        cublasLtMatmulHeuristicResult_t heur{};
-        int found = 0;
-        const cublasStatus_t hs =
-            cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
-        if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
-          records.push_back({"cublaslt_s8", "", "no cuBLASLt int8 algorithm for this shape", m, n, k});
-        } else {
-          auto lt_matmul = [&](int i) {
-            const int32_t alpha = 1, beta = 0;
-            BENCH_CUBLAS(cublasLtMatmul(lt, desc, &alpha, w_s8[static_cast<size_t>(i) % w_s8.size()]->p,
-                                        la, a_s8.p, lb, &beta, acc_s32.p, lc, acc_s32.p, lc,
-                                        &heur.algo, lt_ws.p, lt_ws_bytes, stream));
-          };
-          add("cublaslt_s8", double(n) * k, "cublasLtMatmul s8s8s32", lt_matmul);
-          add("cublaslt_s8_rescale", double(n) * k,
-              "cublasLtMatmul s8s8s32 + rescale kernel to bf16", [&](int i) {
-                lt_matmul(i);
-                const int64_t groups = (m * n + 7) / 8;
-                rescale_s32_to_bf16<<<static_cast<unsigned>((groups + 255) / 256), 256, 0, stream>>>(
-                    static_cast<const int32_t*>(acc_s32.p), static_cast<const float*>(a_scales.p),
-                    static_cast<const float*>(w_scales.p), static_cast<__nv_bfloat16*>(d_out.p), m,
-                    n);
-                BENCH_CUDA(cudaGetLastError());
+      // cuBLASLt int8: s8×s8 → s32, the same layout trick (TN: the weights transposed).
+      LtGemm s8gemm(lt, lt_ws_bytes, CUBLAS_COMPUTE_32I, CUDA_R_32I, CUDA_R_8I, CUDA_R_32I, m, n,
+                    k, false);
+      if (!s8gemm.found) {
+        records.push_back({"cublaslt_s8", "", "no cuBLASLt int8 algorithm for this shape", m, n, k});
+      } else {
+        auto lt_matmul = [&](int i) {
+          s8gemm.run(w_s8[static_cast<size_t>(i) % w_s8.size()]->p, a_s8.p, acc_s32.p, lt_ws.p,
+                     stream);
+        };
+        add("cublaslt_s8", double(n) * k, "cublasLtMatmul s8s8s32", lt_matmul);
+        add("cublaslt_s8_rescale", double(n) * k,
+            "cublasLtMatmul s8s8s32 + rescale kernel to bf16", [&](int i) {
+              lt_matmul(i);
+              const int64_t groups = (m * n + 7) / 8;
+              rescale_s32_to_bf16<<<static_cast<unsigned>((groups + 255) / 256), 256, 0, stream>>>(
+                  static_cast<const int32_t*>(acc_s32.p), static_cast<const float*>(a_scales.p),
+                  static_cast<const float*>(w_scales.p), static_cast<__nv_bfloat16*>(d_out.p), m,
+                  n);
+              BENCH_CUDA(cudaGetLastError());
+            });
+      }
+      // cuBLASLt FP8 (sm_89+): e4m3×e4m3 → bf16 with f32 accumulation, unit scales; with the
+      // default accumulation (partial sums promoted to f32 on the CUDA cores, like torch's
+      // _scaled_mm default) and with CUBLASLT_MATMUL_DESC_FAST_ACCUM (tensor-core accumulation
+      // only).
+      if (fp8_peers) {
+        for (bool fast : {false, true}) {
+          const char* op = fast ? "cublaslt_fp8_fastaccum" : "cublaslt_fp8";
+          LtGemm f8(lt, lt_ws_bytes, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3, CUDA_R_16BF,
+                    m, n, k, fast);
+          if (!f8.found) {
+            records.push_back({op, "", "no cuBLASLt FP8 algorithm for this shape", m, n, k});
+            continue;
+          }
+          add(op, double(n) * k,
+              fast ? "cublasLtMatmul e4m3 x e4m3 -> bf16, fast accumulation"
+                   : "cublasLtMatmul e4m3 x e4m3 -> bf16",
+              [&](int i) {
+                f8.run(w_e4m3[static_cast<size_t>(i) % w_e4m3.size()]->p, a_e4m3.p, d_out.p,
+                       lt_ws.p, stream);
               });
         }
-        cublasLtMatmulPreferenceDestroy(pref);
-        cublasLtMatrixLayoutDestroy(la);
-        cublasLtMatrixLayoutDestroy(lb);
-        cublasLtMatrixLayoutDestroy(lc);
-        cublasLtMatmulDescDestroy(desc);
       }
     }
     write_json(false);
@@ -331,11 +398,11 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
       if (p.op == op && p.m == r.m && p.n == r.n && p.k == r.k && p.error.empty()) return p.us;
     return 0.0;
   };
-  std::printf("%-20s %6s %6s %6s %9s %8s %8s %7s %8s %8s %8s  %s\n", "op", "M", "N", "K", "us",
-              "TOPS", "wGB/s", "%copy", "x bf16", "x s8", "x s8+rs", "kernel");
+  std::printf("%-22s %6s %6s %6s %9s %8s %8s %7s %8s %8s %8s %8s  %s\n", "op", "M", "N", "K",
+              "us", "TOPS", "wGB/s", "%copy", "x bf16", "x s8", "x s8+rs", "x fp8", "kernel");
   for (const auto& r : records) {
     if (!r.error.empty()) {
-      std::printf("%-20s %6lld %6lld %6lld  error: %s\n", r.op.c_str(), (long long)r.m,
+      std::printf("%-22s %6lld %6lld %6lld  error: %s\n", r.op.c_str(), (long long)r.m,
                   (long long)r.n, (long long)r.k, r.error.c_str());
       continue;
     }
@@ -343,10 +410,13 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     const double gbps = r.weight_bytes / (r.us * 1e3);
     const double bf = peer_us(r, "cublas_bf16"), s8 = peer_us(r, "cublaslt_s8"),
                  s8rs = peer_us(r, "cublaslt_s8_rescale");
-    std::printf("%-20s %6lld %6lld %6lld %9.2f %8.1f %8.0f %6.0f%% %8.2f %8.2f %8.2f  %s\n",
+    // The fastest FP8 peer of the two accumulation modes.
+    const double f8a = peer_us(r, "cublaslt_fp8"), f8b = peer_us(r, "cublaslt_fp8_fastaccum");
+    const double f8 = f8a > 0 && f8b > 0 ? std::min(f8a, f8b) : std::max(f8a, f8b);
+    std::printf("%-22s %6lld %6lld %6lld %9.2f %8.1f %8.0f %6.0f%% %8.2f %8.2f %8.2f %8.2f  %s\n",
                 r.op.c_str(), (long long)r.m, (long long)r.n, (long long)r.k, r.us, tops, gbps,
                 100.0 * gbps / copy_gbps, bf > 0 ? bf / r.us : 0.0, s8 > 0 ? s8 / r.us : 0.0,
-                s8rs > 0 ? s8rs / r.us : 0.0, r.kernel.c_str());
+                s8rs > 0 ? s8rs / r.us : 0.0, f8 > 0 ? f8 / r.us : 0.0, r.kernel.c_str());
   }
   write_json(true);
   cublasLtDestroy(lt);

@@ -22,7 +22,8 @@ inline std::vector<Shape> llama_shapes() {
 struct GemmBenchOptions {
   std::vector<Shape> shapes = llama_shapes();
   std::vector<int64_t> ms = {1, 16, 64, 256, 1024, 4096};
-  std::vector<std::string> formats = {"w4a8_pc", "w4a8_g128", "w4a8_g128_2level", "w8a8"};
+  std::vector<std::string> formats = {"w4a8_pc",   "w4a8_g128",  "w4a8_g128_2level",
+                                      "w4afp8_pc", "w4afp8_g128", "w8a8"};
   int iters = 20, reps = 7;
   std::string json_path, commit = "unknown";
 };

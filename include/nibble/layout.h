@@ -62,7 +62,8 @@ int layout_version(WeightLayout layout);
 int layout_weight_bits(WeightLayout layout);
 
 /// Whether the quantized-linear kernels read a packed layout for this format, and which:
-/// W4A8 (s8 activations × s4_sym / s4_two_level) → w4_mma_k128; W4A16 (s4_sym, u4_asym,
+/// W4A8 (s8 activations × s4_sym / s4_two_level) and W4A-FP8 (e4m3 activations × s4_sym)
+/// → w4_mma_k128; W4A16 (s4_sym, u4_asym,
 /// u4_fzp) → w4_mma16_k128; W8A16 (s8_sym) → w8_mma16_k128. packed_layout throws unsupported
 /// for any other format (those run on logical weights).
 bool has_packed_layout(const LinearFormat& format);

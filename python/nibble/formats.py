@@ -74,11 +74,14 @@ class LinearFormat:
 
     def packable(self, k: int) -> bool:
         """Whether `pack_weight` has a kernel layout for this format at this K: W4A8 (int4
-        symmetric or two-level weights, int8 activations; w4_mma_k128) with K % 32 == 0, or
-        W4A16 / W8A16 (w4_mma16_k128, w8_mma16_k128) with K % 8 == 0. (`nibble.explain`
-        states the same on a CUDA device.)"""
+        symmetric or two-level weights, int8 activations; w4_mma_k128) and W4A-FP8 (int4
+        symmetric weights, e4m3 activations; w4_mma_k128) with K % 32 == 0, or W4A16 / W8A16
+        (w4_mma16_k128, w8_mma16_k128) with K % 8 == 0. (`nibble.explain` states the same on a
+        CUDA device.)"""
         if self.act in ("s8_per_token", "s8_per_tensor"):
             return self.weight.scheme in ("s4_sym", "s4_two_level") and k % 32 == 0
+        if self.act == "e4m3_per_token":
+            return self.weight.scheme == "s4_sym" and k % 32 == 0
         return (self.act == "none" and self.weight.scheme in ("s4_sym", "u4_asym", "u4_fzp",
                                                              "s8_sym") and k % 8 == 0)
 

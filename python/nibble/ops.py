@@ -327,8 +327,8 @@ def _from_tuple(t, like) -> PackedWeight:
 
 def packed_layout(format: Union[str, LinearFormat]) -> Optional[str]:
     """The packed layout the tensor-core kernels of a linear format read, or None when the
-    format has none: W4A8 (s8 activations, int4 symmetric or two-level weights) →
-    ``"w4_mma_k128"``; W4A16 (s4_sym, u4_asym, u4_fzp) → ``"w4_mma16_k128"``; W8A16 →
+    format has none: W4A8 (s8 activations, int4 symmetric or two-level weights) and W4A-FP8
+    (e4m3 activations, int4 symmetric weights) → ``"w4_mma_k128"``; W4A16 (s4_sym, u4_asym, u4_fzp) → ``"w4_mma16_k128"``; W8A16 →
     ``"w8_mma16_k128"``."""
     name = format.name if isinstance(format, LinearFormat) else format
     return _C.packed_layout(name)

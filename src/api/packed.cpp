@@ -122,16 +122,21 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
   const ArgCheck check("linear");
   const Device device = a.q.device;
   const int64_t m = detail::check_activation(check, a, device);
-  check.condition(a.scheme == ActScheme::s8_per_token || a.scheme == ActScheme::s8_per_tensor,
-                  "a.scheme", std::string("must be s8_per_token or s8_per_tensor for packed int4 "
-                                          "weights, got ") + to_string(a.scheme));
+  const bool fp8 = a.scheme == ActScheme::e4m3_per_token;
+  check.condition(a.scheme == ActScheme::s8_per_token || a.scheme == ActScheme::s8_per_tensor || fp8,
+                  "a.scheme", std::string("must be s8_per_token, s8_per_tensor or e4m3_per_token "
+                                          "for packed int4 weights, got ") + to_string(a.scheme));
   check_packed(check, w, device, true, {WeightLayout::w4_mma_k128});
+  if (fp8)
+    check.condition(w.format.scheme == WeightScheme::s4_sym, "w.format",
+                    std::string("must be s4_sym with e4m3 activations (the w4afp8 formats), got ") +
+                        to_string(w.format.scheme));
   check_mma_k(check, w);
   check.condition(a.q.size(1) == w.k, "a.q",
                   "must have K = " + std::to_string(w.k) + " columns like the weights, got " +
                       std::to_string(a.q.size(1)));
   check_output(check, bias, d, m, w.n, device);
-  check_w4a8_k_limit(check, w);
+  if (!fp8) check_w4a8_k_limit(check, w);  // fp8 sums are f32: no integer overflow
   detail::check_backend(check, device);
   if (device.type == DeviceType::cpu) {
     const QuantizedWeight logical = unpack_weight(w);

@@ -12,6 +12,7 @@
 #include "cuda/generic/simt_linear.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/launch/sm80_weight_only_gemm.h"
+#include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/sm90_weight_only_gemm.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "nibble/device.h"
@@ -124,10 +125,52 @@ void require_sm80(int device) {
 
 }  // namespace
 
+namespace {
+// W4A-FP8 on packed weights: the Hopper wgmma kernel where it runs (sm_90a build on an sm_90
+// GPU, per channel or G = 128), else the generic SIMT kernel reading the packed layout (the same
+// formula: f32 products and per-group f32 sums). NIBBLE_W4AFP8_KERNEL=simt_linear forces the
+// latter (tests run both on Hopper).
+bool sm90_runs_w4afp8(int device, const WeightFormat& f) {
+  if (const char* forced = std::getenv("NIBBLE_W4AFP8_KERNEL"); forced != nullptr &&
+                                                                  std::string(forced) == "simt_linear")
+    return false;
+  return sm90_w4a8_available(device) && sm90_w4a8_handles(epilogue_of(f), f.group_size, true);
+}
+
+void linear_packed_w4afp8(const QuantizedActivationView& a, const PackedWeightView& w,
+                          const TensorView* bias, const TensorView& d, Stream stream) {
+  if (sm90_runs_w4afp8(a.q.device.index, w.format)) {
+    W4A8Launch l = w4a8_launch(a.q, w, bias, d);
+    l.a_e4m3 = true;
+    l.a_scales = static_cast<const float*>(a.scales.data);
+    return launch_sm90_w4a8(l, stream);
+  }
+  SimtLinearArgs args;
+  args.mode = SimtMode::fp8;
+  args.m = a.q.size(0);
+  args.n = w.n;
+  args.k = w.k;
+  args.w_scheme = w.format.scheme;
+  args.group_size = w.format.group_size;
+  args.scale_span = w.format.per_channel() ? w.k : w.format.group_size;
+  args.w = {w.q.data, DType::u8, 0};
+  args.w_packed_k_pad = w.k_pad;
+  args.w_scales = {w.scales.data, DType::f32, w.format.per_channel() ? 1 : w.n_pad};
+  args.a = operand(a.q);
+  args.a_scales = operand(a.scales);
+  if (bias != nullptr) args.bias = operand(*bias);
+  args.d = d.data;
+  args.d_dtype = d.dtype;
+  args.d_row_stride = d.stride(0);
+  launch_simt_linear(args, stream);
+}
+}  // namespace
+
 void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
                    const TensorView* bias, const TensorView& d, Stream stream) {
   detail::DeviceGuard guard(a.q.device.index);
   require_sm80(a.q.device.index);
+  if (a.scheme == ActScheme::e4m3_per_token) return linear_packed_w4afp8(a, w, bias, d, stream);
   W4A8Launch l = w4a8_launch(a.q, w, bias, d);
   l.a_scales = static_cast<const float*>(a.scales.data);
   l.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
@@ -255,6 +298,17 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
            " on " + std::to_string(info.sm_count) + " SMs";
   }
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
+  if (format.act == ActScheme::e4m3_per_token) {
+    const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
+    const WeightFormat& wf = format.weight;
+    if (sm90_runs_w4afp8(device, wf))
+      return s + packed +
+             describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue_of(wf), info.sm_count, 4, true)) +
+             " on " + std::to_string(info.sm_count) + " SMs (fp8 e4m3 wgmma, f32 sums per K block)";
+    return s + packed +
+           "simt_linear on the packed layout (the fp8 tensor-core kernel needs an sm_90a build on "
+           "an sm_90 GPU and per-channel or g128 weights)";
+  }
   s += packed + describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
                                   format.weight.group_size, 4);
   if (format.act != ActScheme::s8_per_token) return s;

@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "common/parallel.h"
 #include "cpu/view_access.h"
+#include "layout/w4_mma_k128_index.h"
 #include "nibble/layout.h"
 
 namespace nibble {
@@ -177,6 +178,7 @@ bool has_packed_layout(const LinearFormat& f) {
   switch (f.act) {
     case ActScheme::s8_per_token:
     case ActScheme::s8_per_tensor: return layout_holds(WeightLayout::w4_mma_k128, f.weight.scheme);
+    case ActScheme::e4m3_per_token: return f.weight.scheme == WeightScheme::s4_sym;
     case ActScheme::none:
       return layout_holds(WeightLayout::w4_mma16_k128, f.weight.scheme) ||
              layout_holds(WeightLayout::w8_mma16_k128, f.weight.scheme);
@@ -194,12 +196,7 @@ WeightLayout packed_layout(const LinearFormat& f) {
 }
 
 NibbleIndex w4_mma_k128_index(int64_t n, int64_t k, int64_t k_pad) {
-  const int64_t nb = n / 8, g = n % 8, kb = k / 128, kr = k % 128;
-  const int64_t j = kr / 32, within = kr % 32;  // k32 step, position inside it
-  const int64_t high = within / 16, c = (within % 16) / 4, b = within % 4;
-  const int64_t lane = 4 * g + c;
-  const int64_t block = nb * (k_pad / 128) + kb;
-  return {block * 512 + lane * 16 + j * 4 + b, static_cast<int>(high * 4)};
+  return detail::w4_mma_k128_position(n, k, k_pad);
 }
 
 NibbleIndex packed_weight_index(WeightLayout layout, int64_t n, int64_t k, int64_t k_pad) {

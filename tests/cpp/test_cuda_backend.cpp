@@ -115,9 +115,7 @@ TEST_P(CudaLinearFormat, MatchesReference) {
     for (DType out : {DType::f32, DType::bf16}) {
       const int64_t n = 136, k = 512;
       SCOPED_TRACE("M=" + std::to_string(m) + " out " + to_string(out));
-      const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
-      QuantizedWeight qw(f.weight, n, k);
-      quantize_weight(w.view(), qw.view());
+      QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
       const Tensor x = test::random_activations(DType::bf16, m, k, rng);
       const Tensor bias = test::random_normal(DType::f32, 1, n, rng);
       const TensorView bias_view = test::as_vector(bias);

@@ -88,9 +88,7 @@ TEST(CudaW4A8, SplitKIsDeterministic) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;  // fresh seed, printed on failure
   const int64_t n = 512, k = 8192;  // few tiles, long K: split-K is chosen
-  const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
-  QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
-  quantize_weight(w.view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(parse_weight_format("w4_g128"), n, k, rng);
   const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
   for (int64_t m : {5, 100}) {  // the thin sm80 tiles; sm90 (or sm80's large tiles) at M = 100
     QuantizedActivation qa(ActScheme::s8_per_token, m, k);
@@ -130,9 +128,7 @@ TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
   const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
   for (auto [n, k] : nk) {
     if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
-    const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
-    QuantizedWeight qw(f.weight, n, k);
-    quantize_weight(w.view(), qw.view());
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
     const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
     const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
     const Tensor bias_d = bias.to(Device::cuda());
@@ -186,8 +182,7 @@ TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
   const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {20, 256}, {1000, 1536}};
   for (auto [n, k] : nk) {
     if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
-    QuantizedWeight qw(f.weight, n, k);
-    quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
     const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
     const Tensor bias_d = test::random_normal(DType::bf16, 1, n, rng).to(Device::cuda());
     const TensorView bias_dv = test::as_vector(bias_d);
@@ -228,8 +223,7 @@ TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
   // The decode step's linear: bf16 in, bf16 out, one launch, inside a captured graph.
   test::Rng rng;
   const int64_t m = 1, n = 4096, k = 4096;
-  QuantizedWeight qw(parse_weight_format("w4_g128"), n, k);
-  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(parse_weight_format("w4_g128"), n, k, rng);
   const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
   const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
   Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());

@@ -106,9 +106,7 @@ TEST_P(CudaW8A8Linear, MatchesReferenceOnOddShapes) {
   // 1000 × 1536 spans several channel tiles.
   const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
   for (auto [n, k] : nk) {
-    const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
-    QuantizedWeight qw(f.weight, n, k);
-    quantize_weight(w.view(), qw.view());
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
     const QuantizedWeight qwd = qw.to(Device::cuda());
     const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
     const Tensor bias_d = bias.to(Device::cuda());
@@ -161,8 +159,7 @@ TEST(CudaW8A8, OddKAndStridedRowsRunTheFallbackWithTheSameResults) {
   test::Rng rng;
   const int64_t m = 5, n = 24, k = 40;  // K % 16 != 0
   const LinearFormat f = parse_linear_format("w8a8");
-  QuantizedWeight qw(f.weight, n, k);
-  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
   QuantizedActivation qa(f.act, m, k);
   quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
   Tensor ref = Tensor::empty(DType::f32, {m, n});
@@ -179,8 +176,7 @@ TEST(CudaW8A8, SplitKIsDeterministic) {
   test::Rng rng;  // fresh seed, printed on failure
   const int64_t n = 512, k = 8192;  // few tiles, long K: split-K is chosen
   const LinearFormat f = parse_linear_format("w8a8");
-  QuantizedWeight qw(f.weight, n, k);
-  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
   const QuantizedWeight qwd = qw.to(Device::cuda());
   for (int64_t m : {5, 100}) {
     QuantizedActivation qa(ActScheme::s8_per_token, m, k);
@@ -205,8 +201,7 @@ TEST(CudaW8A8, CapturedGraphReplaysTheSameResult) {
   test::Rng rng;
   const int64_t n = 4096, k = 4096;
   const LinearFormat f = parse_linear_format("w8a8");
-  QuantizedWeight qw(f.weight, n, k);
-  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
   const QuantizedWeight qwd = qw.to(Device::cuda());
   for (int64_t m : {1, 256}) {  // split-K on the sm80 kernel; the wgmma kernel on Hopper
     SCOPED_TRACE("M=" + std::to_string(m));

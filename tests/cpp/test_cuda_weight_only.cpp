@@ -66,9 +66,7 @@ TEST_P(CudaWeightOnlyLinear, MatchesReferenceOnOddShapes) {
                                             {264, 2056}};
   for (auto [n, k] : nk) {
     if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
-    const Tensor w = test::random_normal(DType::f32, n, k, rng, 0.02);
-    QuantizedWeight qw(f.weight, n, k);
-    quantize_weight(w.view(), qw.view());
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
     const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
     const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
     const Tensor bias_d = bias.to(Device::cuda());
@@ -152,8 +150,7 @@ TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
   test::Rng rng;  // fresh seed, printed on failure
   const int64_t n = 512, k = 8192;  // few tiles, long K: split-K is chosen
   const LinearFormat f = parse_linear_format("w4a16_g128_asym");
-  QuantizedWeight qw(f.weight, n, k);
-  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
   const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
   for (int64_t m : {1, 5, 40}) {
     const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
@@ -178,8 +175,7 @@ TEST(CudaWeightOnly, CapturedGraphReplaysTheSameResult) {
   test::Rng rng;
   const int64_t n = 4096, k = 4096;
   const LinearFormat f = parse_linear_format("w4a16_g128");
-  QuantizedWeight qw(f.weight, n, k);
-  quantize_weight(test::random_normal(DType::f32, n, k, rng, 0.02).view(), qw.view());
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
   const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
   for (int64_t m : {1, 256}) {  // split-K on the sm80 kernel; the wgmma kernel on Hopper
     SCOPED_TRACE("M=" + std::to_string(m));

@@ -184,6 +184,8 @@ TEST(LayoutMma16, PackedLayoutOfEachFormat) {
   EXPECT_EQ(packed_layout(parse_linear_format("w4a8_g128")), WeightLayout::w4_mma_k128);
   EXPECT_EQ(packed_layout(parse_linear_format("w4a16_g128_asym")), WeightLayout::w4_mma16_k128);
   EXPECT_EQ(packed_layout(parse_linear_format("w8a16")), WeightLayout::w8_mma16_k128);
+  EXPECT_EQ(packed_layout(parse_linear_format("w4afp8_g128")), WeightLayout::w4_mma_k128);
+  EXPECT_EQ(packed_layout(parse_linear_format("w4afp8_g32")), WeightLayout::w4_mma_k128);
   EXPECT_FALSE(has_packed_layout(parse_linear_format("w8a8")));
   EXPECT_EQ(parse_weight_layout("w8_mma16_k128"), WeightLayout::w8_mma16_k128);
   EXPECT_THROW(parse_weight_layout("w4"), Error);

@@ -261,6 +261,14 @@ inline Tensor random_normal(DType dtype, int64_t rows, int64_t cols, Rng& rng, d
   return t;
 }
 
+/// A weight of `format` quantized (round to nearest) from Gaussian values of deviation `sigma`.
+inline QuantizedWeight random_quantized_weight(const WeightFormat& format, int64_t n, int64_t k,
+                                               Rng& rng, double sigma = 0.02) {
+  QuantizedWeight qw(format, n, k);
+  quantize_weight(random_normal(DType::f32, n, k, rng, sigma).view(), qw.view());
+  return qw;
+}
+
 /// Gaussian activations with one outlier channel (30×), as in LLM activations.
 inline Tensor random_activations(DType dtype, int64_t rows, int64_t cols, Rng& rng) {
   Tensor t = Tensor::empty(dtype, {rows, cols});

@@ -529,6 +529,9 @@ TEST(ValidateLinear, EveryErrorPathWithPackedWeights) {
   Rng rng;
   const LinearFixture g128("w4a8_g128", 3, 5, 256, rng);
   LinearFixture a4("w4a4_pc", 3, 5, 256, rng);
+  LinearFixture fp8("w4afp8_g128", 3, 5, 256, rng);
+  const LinearFixture two("w4a8_g128_2level", 3, 5, 256, rng);
+  const PackedWeight packed_two = pack_weight(two.w.view());
   const PackedWeight packed = pack_weight(g128.w.view());
   const PackedWeight raw = pack_s4_matrix(g128.w.q.view());
   Tensor d = Tensor::empty(DType::bf16, {3, 5});
@@ -536,7 +539,13 @@ TEST(ValidateLinear, EveryErrorPathWithPackedWeights) {
   using C = ErrorCase<PackedLinearArgs>;
   const std::vector<C> cases = {
       {"a.scheme s4_per_token", [&](PackedLinearArgs& x) { x.a = a4.a.view(); }, kInvalid,
-       "a.scheme", "must be s8_per_token or s8_per_tensor"},
+       "a.scheme", "must be s8_per_token, s8_per_tensor or e4m3_per_token"},
+      {"e4m3 activations with two-level weights",
+       [&](PackedLinearArgs& x) {
+         x.a = fp8.a.view();
+         x.w = packed_two.view();
+       },
+       kInvalid, "w.format", "must be s4_sym with e4m3 activations"},
       {"a.q null", [](PackedLinearArgs& x) { x.a.q = null_data(x.a.q); }, kInvalid, "a.q", kNull},
       {"w.version 2", [](PackedLinearArgs& x) { x.w.version = 2; }, kInvalid, "w",
        "use pack_weight"},

@@ -52,6 +52,8 @@ def test_packable_formats():
     assert nibble.linear_format("w4a8_g128_2level_static").packable(256)
     assert not nibble.linear_format("w4a8_pc").packable(48)
     assert not nibble.linear_format("w8a8").packable(4096)
+    assert nibble.linear_format("w4afp8_g128").packable(4096)
+    assert not nibble.linear_format("w4afp8_pc").packable(48)
     assert nibble.linear_format("w4a16_g128").packable(4096)
     assert nibble.linear_format("w8a16").packable(4104)
     assert not nibble.linear_format("w4a16_pc").packable(44)  # the 16-bit kernels need K % 8

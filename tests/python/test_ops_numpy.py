@@ -310,7 +310,8 @@ def test_linear_bf16_output_in_a_numpy_bit_container(rng):
 
 
 @pytest.mark.parametrize("fmt,k", [("w4a8_pc", 352), ("w4a8_g128", 384),
-                                   ("w4a8_g64_2level", 320), ("w4a8_g32_static", 416)])
+                                   ("w4a8_g64_2level", 320), ("w4a8_g32_static", 416),
+                                   ("w4afp8_pc", 352), ("w4afp8_g128", 384), ("w4afp8_g64", 320)])
 @pytest.mark.parametrize("m", M_EDGE)
 def test_packed_linear_on_cpu_equals_logical(rng, fmt, k, m):
     n = 21  # N not a multiple of 8, K (but for g128) not of 128: the layout pads both
@@ -320,7 +321,7 @@ def test_packed_linear_on_cpu_equals_logical(rng, fmt, k, m):
     p = nibble.pack_weight(qw)
     assert (p.layout, p.version, p.n_pad, p.k_pad) == ("w4_mma_k128", 1, 24, -(-k // 128) * 128)
     a = (nibble.quantize_activation_static(x, 0.05) if lf.static
-         else nibble.quantize_activation(x))
+         else nibble.quantize_activation(x, lf))
     bias = normal(rng, (n,))
     np.testing.assert_array_equal(nibble.linear(a, p, bias), nibble.linear(a, qw, bias))
 
@@ -348,6 +349,7 @@ def test_packed_layout_names():
     assert nibble.packed_layout("w4a8_g128") == "w4_mma_k128"
     assert nibble.packed_layout("w4a16_g128_asym") == "w4_mma16_k128"
     assert nibble.packed_layout("w8a16") == "w8_mma16_k128"
+    assert nibble.packed_layout("w4afp8_g128") == "w4_mma_k128"
     assert nibble.packed_layout("w8a8") is None
 
 

@@ -118,8 +118,8 @@ def _(x, q, scales, zeros, group_scales, bias, format, act_scale):
 def linear_packed(x: Tensor, q: Tensor, scales: Tensor, group_params: Optional[Tensor],
                   zeros: Optional[Tensor], bias: Optional[Tensor], format: str, layout: str,
                   n: int, k: int, n_pad: int, k_pad: int, act_scale: float) -> Tensor:
-    """Same as nibble::linear with weights packed by nibble.pack_weight in `layout`: W4A8
-    (w4_mma_k128; x quantized per the format first) or W4A16 / W8A16 (w4_mma16_k128,
+    """Same as nibble::linear with weights packed by nibble.pack_weight in `layout`: W4A8 or
+    W4A-FP8 (w4_mma_k128; x quantized per the format first) or W4A16 / W8A16 (w4_mma16_k128,
     w8_mma16_k128; x bf16/f16 used as it is). On CUDA the tensor-core kernels."""
     lf = linear_format(format)
     s = _stream(x)

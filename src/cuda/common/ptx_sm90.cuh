@@ -208,6 +208,43 @@ __device__ __forceinline__ void wgmma_m64n256k32_s8_rs(int32_t (&d)[128], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
+// wgmma m64nNk32 with fp8 e4m3 inputs and f32 accumulators, A from registers (the fragment
+// layout of the s8 form: four 8-bit values per register), B from shared memory. The immediates
+// after the predicate: scale-a 1, scale-b 1 (fp8 operands are K-major only: no transpose).
+
+/// wgmma m64n64k32 e4m3·e4m3 → f32, A from registers.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                       uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" NIBBLE_WGMMA_ACC_REGS_32 "}"
+      ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : NIBBLE_WGMMA_FACC_OUT_32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+/// wgmma m64n128k32 e4m3·e4m3 → f32, A from registers.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" NIBBLE_WGMMA_ACC_REGS_64 "}"
+      ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : NIBBLE_WGMMA_FACC_OUT_64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+/// wgmma m64n256k32 e4m3·e4m3 → f32, A from registers.
+__device__ __forceinline__ void wgmma_m64n256k32_e4m3_rs(float (&d)[128], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {" NIBBLE_WGMMA_ACC_REGS_128 "}"
+      ", {%128, %129, %130, %131}, %132, p, 1, 1;\n}\n"
+      : NIBBLE_WGMMA_FACC_OUT_128(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 // wgmma with both operands in shared memory (K-major, 128-byte swizzle: smem_desc_k128_sw128):
 // A through `desc_a` (64 rows), B through `desc_b` (N rows). Accumulators as above.
 
@@ -252,6 +289,16 @@ __device__ __forceinline__ void wgmma_s8_rs(int32_t (&d)[N / 2], const uint32_t 
   if constexpr (N == 64) wgmma_m64n64k32_s8_rs(d, a, desc_b, accumulate);
   if constexpr (N == 128) wgmma_m64n128k32_s8_rs(d, a, desc_b, accumulate);
   if constexpr (N == 256) wgmma_m64n256k32_s8_rs(d, a, desc_b, accumulate);
+}
+
+/// wgmma_e4m3_rs<N>: the fp8 m64nNk32 instruction for N/2 f32 accumulators.
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                              uint64_t desc_b, int accumulate) {
+  static_assert(N == 64 || N == 128 || N == 256, "instantiated for N = 64, 128, 256");
+  if constexpr (N == 64) wgmma_m64n64k32_e4m3_rs(d, a, desc_b, accumulate);
+  if constexpr (N == 128) wgmma_m64n128k32_e4m3_rs(d, a, desc_b, accumulate);
+  if constexpr (N == 256) wgmma_m64n256k32_e4m3_rs(d, a, desc_b, accumulate);
 }
 
 /// wgmma_s8_ss<N>: the shared-memory-only m64nNk32 instruction for the accumulator count N/2.

@@ -6,7 +6,9 @@
 //     fp8      as integer, but q_a is e4m3 and partial sums are f32
 //     a16      D = Σ_k x[m,k] · deq(W)[n,k]  (+ bias), f32 products and sums
 //
-// Layout: any row stride, contiguous K; 4-bit operands packed two per byte (low nibble first).
+// Layout: any row stride, contiguous K; 4-bit operands packed two per byte (low nibble first);
+// or int4 weights in the packed w4_mma_k128 layout (W4A8 and W4A-FP8 calls on packed weights
+// that no tensor-core kernel takes, e.g. fp8 activations off Hopper).
 // Work split: one warp per output element; lanes stride over K inside a group, the group's
 // partial is reduced across the warp (exactly, for integers), and lane 0 applies the scales in
 // the reference's order with explicitly rounded (non-contracted) f32 operations, so integer
@@ -21,6 +23,7 @@
 #include "common/cuda_runtime_check.h"
 #include "cuda/common/element.cuh"
 #include "cuda/generic/simt_linear.h"
+#include "layout/w4_mma_k128_index.h"
 
 namespace nibble::cuda {
 
@@ -51,6 +54,11 @@ __device__ __forceinline__ float weight_value(const SimtLinearArgs& p, int64_t n
 }
 
 __device__ __forceinline__ int32_t weight_int(const SimtLinearArgs& p, int64_t n, int64_t k) {
+  if (p.w_packed_k_pad > 0) {  // w4_mma_k128: u = v + 8
+    const NibbleIndex at = detail::w4_mma_k128_position(n, k, p.w_packed_k_pad);
+    const uint8_t byte = static_cast<const uint8_t*>(p.w.data)[at.byte];
+    return int32_t((byte >> at.shift) & 0xF) - 8;
+  }
   if (p.w_scheme != WeightScheme::s4_two_level) return load_int(p.w, n, k);
   const int64_t gi = k / p.group_size;  // two-level: w8 = g_s · (q − g_z)
   return load_int(p.w_group_scales, n, gi) * (load_int(p.w, n, k) - load_int(p.w_zeros, n, gi));
@@ -70,7 +78,7 @@ __global__ void simt_linear_kernel(SimtLinearArgs p) {
       switch (p.mode) {
         case SimtMode::integer: partial_i += load_int(p.a, m, k) * weight_int(p, n, k); break;
         case SimtMode::fp8:
-          partial_f = __fadd_rn(partial_f, __fmul_rn(load_float(p.a, m, k), float(load_int(p.w, n, k))));
+          partial_f = __fadd_rn(partial_f, __fmul_rn(load_float(p.a, m, k), float(weight_int(p, n, k))));
           break;
         case SimtMode::a16:
           partial_f = __fadd_rn(partial_f, __fmul_rn(load_float(p.a, m, k), weight_value(p, n, k)));
@@ -87,7 +95,10 @@ __global__ void simt_linear_kernel(SimtLinearArgs p) {
       if (lane == 0) static_cast<int32_t*>(p.d)[m * p.d_row_stride + n] = partial_i;
       continue;
     }
-    const float s_w = p.mode == SimtMode::a16 ? 1.0f : load_float(p.w_scales, n, k0 / span);
+    // Packed scale tables are (K_pad/G, N_pad): group-major.
+    const float s_w = p.mode == SimtMode::a16   ? 1.0f
+                      : p.w_packed_k_pad > 0   ? load_float(p.w_scales, k0 / span, n)
+                                               : load_float(p.w_scales, n, k0 / span);
     sum = __fadd_rn(sum, __fmul_rn(s_w, partial_f));
   }
   if (p.out_s32 || lane != 0) return;

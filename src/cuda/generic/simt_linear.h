@@ -21,6 +21,10 @@ struct SimtLinearArgs {
   int64_t scale_span = 0;     ///< K elements that share one weight scale (K when per channel)
   int64_t group_size = 0;     ///< the weight format's group size (0 per channel)
   WeightScheme w_scheme = WeightScheme::s4_sym;
+  /// > 0: `w` is a w4_mma_k128 packed weight (s4_sym, unsigned nibbles u = v + 8) with this
+  /// K_pad, and `w_scales` its f32 table: (N_pad) per channel, (K_pad/G, N_pad) per group,
+  /// row stride N_pad. The integer and fp8 modes read it.
+  int64_t w_packed_k_pad = 0;
   Operand a, a_scales, w, w_scales, w_zeros, w_group_scales, bias;
   void* d = nullptr;
   DType d_dtype = DType::f32;

@@ -29,6 +29,9 @@ struct W4A8Launch {
   /// W4A4: a and w both row-major packed int4 (lda, ldw in bytes; k_pad = K/2 rounded up to 128:
   /// bytes, like every K block of this kernel); per-channel or s32; the sm80 kernel only.
   bool a4 = false;
+  /// W4A-FP8: `a` is e4m3 per token (weight_bits 4, per channel or G = 128); the sm90 kernel
+  /// only (sm90_w4a8_gemm with kFp8).
+  bool a_e4m3 = false;
   sm80::W4A8Epilogue epilogue = sm80::W4A8Epilogue::per_channel;
   int group = 0;  ///< group size for group / two_level
   int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;

@@ -26,17 +26,18 @@ namespace {
 
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
-template <int BM, W4A8Epilogue E, int W = 4>
+// F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
+template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
 struct Instance {
-  static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E, W>::kStageBytes;
+  static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E, W, F8>::kStageBytes;
   static constexpr int kStages = std::min(8, 204800 / kStageBytes);
-  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W>;
+  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W, F8>;
 };
 
-template <int BM, W4A8Epilogue E, int W = 4>
+template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
 void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
-  using Cfg = typename Instance<BM, E, W>::Cfg;
+  using Cfg = typename Instance<BM, E, W, F8>::Cfg;
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
@@ -69,9 +70,28 @@ void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
                        "sm90_w8a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
 }
 
+// fp8 activations: per channel or G = 128 group scales, BM ≤ 128 (kFloatSums).
+template <W4A8Epilogue E>
+void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
+                         const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+  switch (bm) {
+    case 64: return launch_instance<64, E, 4, true>(a, w, g, p, grid, stream);
+    case 128: return launch_instance<128, E, 4, true>(a, w, g, p, grid, stream);
+  }
+  nibble::detail::fail(ErrorCode::internal,
+                       "sm90_w4afp8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
+}
+
 template <int BM>
-int stages_of(W4A8Epilogue e, int weight_bits) {
+int stages_of(W4A8Epilogue e, int weight_bits, bool a_e4m3) {
   if (weight_bits == 8) return Instance<BM, W4A8Epilogue::per_channel, 8>::kStages;
+  if (a_e4m3) {
+    if constexpr (BM <= 128) {
+      return e == W4A8Epilogue::group ? Instance<BM, W4A8Epilogue::group, 4, true>::kStages
+                                      : Instance<BM, W4A8Epilogue::per_channel, 4, true>::kStages;
+    }
+    return 0;
+  }
   switch (e) {
     case W4A8Epilogue::s32: return Instance<BM, W4A8Epilogue::s32>::kStages;
     case W4A8Epilogue::per_channel: return Instance<BM, W4A8Epilogue::per_channel>::kStages;
@@ -92,7 +112,10 @@ bool sm90_w4a8_available(int device) {
   return info.cc_major == 9 && info.cc_minor == 0;
 }
 
-bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group) {
+bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group, bool a_e4m3) {
+  if (a_e4m3)
+    return epilogue == W4A8Epilogue::per_channel ||
+           (epilogue == W4A8Epilogue::group && group == 128);
   switch (epilogue) {
     case W4A8Epilogue::s32:
     case W4A8Epilogue::per_channel: return true;
@@ -103,30 +126,38 @@ bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group) {
 }
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
-                             int sm_count, int weight_bits) {
+                             int sm_count, int weight_bits, bool a_e4m3) {
   // Split-K needs at least 24 K blocks (3072 of K) per split — measured on the H100 at M = 64:
   // 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096), 4 of 14336 won (22.7
   // vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed cost. The f32 group
-  // epilogue has no 256-token tile (its second accumulator set would not fit).
+  // epilogue and fp8 activations have no 256-token tile (their second accumulator set, the f32
+  // running sums, would not fit).
   const Sm90TileChoice t =
-      epilogue == W4A8Epilogue::group
+      epilogue == W4A8Epilogue::group || a_e4m3
           ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24)
           : choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24);
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
+  best.a_e4m3 = a_e4m3;
   best.bm = t.bm;
   best.tiles_m = t.tiles_m;
   best.tiles_n = t.tiles_n;
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
-  best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits)
-                : best.bm == 128 ? stages_of<128>(epilogue, weight_bits)
-                                 : stages_of<64>(epilogue, weight_bits);
+  best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3)
+                : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3)
+                                 : stages_of<64>(epilogue, weight_bits, a_e4m3);
   return best;
 }
 
+namespace {
+const char* kernel_name(int weight_bits, bool a_e4m3) {
+  return weight_bits == 8 ? "sm90_w8a8_gemm" : a_e4m3 ? "sm90_w4afp8_gemm" : "sm90_w4a8_gemm";
+}
+}  // namespace
+
 std::string describe(const W4A8WgmmaPlan& plan) {
-  return std::string(plan.weight_bits == 8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm") +
+  return std::string(kernel_name(plan.weight_bits, plan.a_e4m3)) +
          " (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
@@ -136,16 +167,16 @@ std::string describe(const W4A8WgmmaPlan& plan) {
 }
 
 void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
-  if (!sm90_w4a8_handles(l.epilogue, l.group))
-    nibble::detail::fail(ErrorCode::internal, "sm90_w4a8_gemm: format not implemented here");
+  const char* name = kernel_name(l.weight_bits, l.a_e4m3);
+  if (!sm90_w4a8_handles(l.epilogue, l.group, l.a_e4m3))
+    nibble::detail::fail(ErrorCode::internal, std::string(name) + ": format not implemented here");
   const DeviceInfo dev = cuda_device_info(l.device);
   const W4A8WgmmaPlan plan =
-      plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, dev.sm_count, l.weight_bits);
+      plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, dev.sm_count, l.weight_bits, l.a_e4m3);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
 
   // Activations: (M, K) bytes, boxes of 128 bytes × BM rows with the 128-byte swizzle that the
   // wgmma descriptor expects; rows ≥ M and columns ≥ K read as zeros.
-  const char* name = l.weight_bits == 8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm";
   const CUtensorMap map_a = make_tensor_map<2>(
       name, CU_TENSOR_MAP_DATA_TYPE_UINT8, l.a, {cuuint64_t(l.k), cuuint64_t(l.m)},
       {cuuint64_t(l.lda)}, {128u, cuuint32_t(plan.bm)}, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -195,6 +226,12 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
     p.counters = ws.counters;
   }
   const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
+  if (l.a_e4m3) {
+    if (l.epilogue == W4A8Epilogue::group)
+      return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
+    return launch_epilogue_fp8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,
+                                                          stream);
+  }
   if (l.weight_bits == 8) {
     if (l.epilogue == W4A8Epilogue::s32)
       return launch_epilogue8<W4A8Epilogue::s32>(plan.bm, map_a, map_w, p, grid, stream);

@@ -16,15 +16,18 @@ namespace nibble::cuda {
 struct W4A8WgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   int weight_bits = 4;
+  bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)
 };
 
 /// True when `device` is a Hopper GPU (sm_90) and this build carries sm_90a code.
 bool sm90_w4a8_available(int device);
 /// True for the weight formats the kernel implements: per channel, s32, and G = 128 groups
-/// (f32 group scales or two-level).
-bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group);
+/// (f32 group scales or two-level); with fp8 activations (a_e4m3) per channel and G = 128
+/// group scales.
+bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group, bool a_e4m3 = false);
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
-                             sm80::W4A8Epilogue epilogue, int sm_count, int weight_bits = 4);
+                             sm80::W4A8Epilogue epilogue, int sm_count, int weight_bits = 4,
+                             bool a_e4m3 = false);
 std::string describe(const W4A8WgmmaPlan& plan);
 
 void launch_sm90_w4a8(const W4A8Launch& launch, Stream stream);

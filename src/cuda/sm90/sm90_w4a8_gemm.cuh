@@ -10,9 +10,18 @@
 //   D[m,n] = s_a[m] · s_ch[n] · Σ_k a[m,k]·w8[n,k]                 (two_level, G = 128)
 //   D[m,n] = Σ_k a[m,k]·w[n,k]  as int32                            (s32)
 //   (+ bias[n]; D in f32, f16 or bf16, or s32)
+// With fp8 activations (kFp8: a is e4m3 per token, the W4A-FP8 formats w4afp8_pc / _g128) the
+// same kernel multiplies e4m3 × e4m3 into f32: the int4 weights become e4m3 codes of v·2⁻⁹
+// (cuda/common/int4_decode.cuh), each K block's f32 sums are restarted and added into a second
+// f32 accumulator (for the group format with its scale), and the tile is multiplied by 2⁹:
+//   D[m,n] = s_a[m] · (s_w[n] · Σ_kb Σ_{k∈kb} a·v)                 (per_channel)
+//   D[m,n] = s_a[m] · Σ_g s_w[g,n] · Σ_{k∈g} a·v                   (group, G = 128)
+// Adding each 128-wide block's sums on the CUDA cores bounds the error of the tensor cores'
+// f32 accumulation (which keeps fewer bits than f32 for fp8 inputs) to one block's worth.
 //
 // Operands (the same as sm80_w4a8_gemm's, so one packed weight serves both kernels)
-//   a   (M, K) s8 row-major, pitch `lda` bytes; base and pitch 16-byte aligned; K % 32 == 0.
+//   a   (M, K) s8 (or e4m3, kFp8) row-major, pitch `lda` bytes; base and pitch 16-byte
+//       aligned; K % 32 == 0.
 //   w   WBITS 4: layout w4_mma_k128 (include/nibble/layout.h): 8×128 blocks of 512 bytes.
 //       WBITS 8: (N, K) s8 row-major, pitch 16-byte aligned, K % 16 == 0; rows ≥ N and
 //       columns ≥ K read as zeros (TMA); per-channel scales f32, f16 or bf16.
@@ -66,6 +75,9 @@
 //   4. One output tile per CTA (no persistent scheduler): the epilogue of one tile does not
 //      overlap the main loop of the next.
 //   5. 8-bit weights: per-channel and s32 epilogues only.
+//   6. fp8 activations: int4 s4_sym weights, per channel or G = 128, BM ≤ 128 (the block sums
+//      and the running sums are two accumulator sets), every K block waited for before the next
+//      is issued (as the int8 group format).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
 #pragma once
 
@@ -105,7 +117,7 @@ struct W4A8WgmmaParams {
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
 };
 
-template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4>
+template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false>
 struct W4A8WgmmaConfig {
   /// Weight bits: 4 (packed w4_mma_k128, register-sourced wgmma) or 8 (row-major s8 tile in
   /// shared memory, shared-memory-sourced wgmma).
@@ -114,6 +126,11 @@ struct W4A8WgmmaConfig {
   static_assert(WBITS_ == 4 || WBITS_ == 8, "weights are int4 or int8");
   static_assert(!kW8 || EPI_ == W4A8Epilogue::s32 || EPI_ == W4A8Epilogue::per_channel,
                 "int8 weights are per channel");
+  /// fp8 e4m3 activations (W4A-FP8): e4m3 wgmma with f32 accumulators.
+  static constexpr bool kFp8 = FP8_;
+  static_assert(!kFp8 || (WBITS_ == 4 && (EPI_ == W4A8Epilogue::per_channel ||
+                                          EPI_ == W4A8Epilogue::group)),
+                "fp8 activations: int4 s4_sym weights, per channel or G = 128");
   static constexpr int BM = BM_;        // tokens per CTA tile (wgmma N)
   static constexpr int BN = 128;        // weight channels per CTA tile (2 × wgmma M)
   static constexpr int kBK = 128;       // K per stage
@@ -121,8 +138,10 @@ struct W4A8WgmmaConfig {
   static constexpr W4A8Epilogue EPI = EPI_;
   static constexpr bool kGroupScales = EPI == W4A8Epilogue::group;
   static constexpr bool kGroupParams = EPI == W4A8Epilogue::two_level;
+  /// The block-by-block f32 running sums (f32 group scales, or fp8 activations).
+  static constexpr bool kFloatSums = kGroupScales || kFp8;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
-  static constexpr int kAcc = BM / 2;   // int32 accumulators per consumer thread
+  static constexpr int kAcc = BM / 2;   // accumulators per consumer thread (int32, or f32 fp8)
   static constexpr int kABytes = BM * kBK;
   static constexpr int kWBytes = BN * kBK * WBITS / 8;
   static constexpr int kGBytes = kGroupScales ? BN * 4 : kGroupParams ? BN * 2 : 0;
@@ -137,7 +156,7 @@ struct W4A8WgmmaConfig {
   static constexpr int kBarrierOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
   static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
-  static_assert(!kGroupScales || BM <= 128, "f32 group partials need BM/2 more registers");
+  static_assert(!kFloatSums || BM <= 128, "f32 running sums need BM/2 more registers");
 };
 
 template <class Cfg>
@@ -203,11 +222,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
 
-  int32_t acc[kAcc];
-  float facc[Cfg::kGroupScales ? kAcc : 1];
+  using Acc = std::conditional_t<Cfg::kFp8, float, int32_t>;
+  Acc acc[kAcc];
+  float facc[Cfg::kFloatSums ? kAcc : 1];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0;
-  if constexpr (Cfg::kGroupScales) {
+  if constexpr (Cfg::kFloatSums) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
   }
@@ -233,10 +253,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
-        frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
-        frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
-        frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+        if constexpr (Cfg::kFp8) {
+          frag[j][0] = decode_low_nibbles_e4m3(word0[j]);
+          frag[j][1] = decode_low_nibbles_e4m3(word1[j]);
+          frag[j][2] = decode_high_nibbles_e4m3(word0[j]);
+          frag[j][3] = decode_high_nibbles_e4m3(word1[j]);
+        } else {
+          frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
+          frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
+          frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
+          frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+        }
       }
     } else {
       (void)frag;
@@ -249,13 +276,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ptx::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // +32 bytes (2 descriptor units) per k32 step
-      if constexpr (Cfg::kW8) {
+      // Formats with running f32 sums restart the block's sums every K block (scale-d false).
+      const int accumulate = Cfg::kFloatSums && j == 0 ? 0 : 1;
+      if constexpr (Cfg::kW8)
         ptx::wgmma_s8_ss<BM>(acc, desc_w + 2 * j, desc + 2 * j, 1);
-      } else {
-        // The group format restarts its exact int32 sums every K block (scale-d false).
-        const int accumulate = Cfg::kGroupScales && j == 0 ? 0 : 1;
+      else if constexpr (Cfg::kFp8)
+        ptx::wgmma_e4m3_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
+      else
         ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
-      }
     }
     ptx::wgmma_commit();
     return s;
@@ -278,20 +306,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   uint32_t frag[2][4][4];
-  if constexpr (Cfg::kGroupScales) {
-    // The f32 group format needs each block's int32 sums before the next block adds to them:
-    // wait for every block (the other consumer warpgroup keeps the tensor cores busy meanwhile).
+  if constexpr (Cfg::kFloatSums) {
+    // The running f32 sums need each block's sums before the next block restarts them: wait
+    // for every block (the other consumer warpgroup keeps the tensor cores busy meanwhile).
     for (int it = 0; it < num_kb; ++it) {
       const int s = issue_block(it, frag[0]);
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
       keep_until_here(frag[0]);
-      const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
-                                                       Cfg::kABytes + Cfg::kWBytes);
-      const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+      if constexpr (Cfg::kGroupScales) {
+        const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
+                                                         Cfg::kABytes + Cfg::kWBytes);
+        const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
+        for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
+      } else {  // fp8 per channel: the scale comes in the epilogue
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) facc[i] += acc[i];
+      }
       release(s);
     }
   } else {
@@ -312,7 +345,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t raw[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
-      if constexpr (Cfg::kGroupScales) raw[i] = __float_as_uint(facc[i]);
+      // fp8: the weights were v·2⁻⁹; ×2⁹ is exact.
+      if constexpr (Cfg::kFp8) raw[i] = __float_as_uint(facc[i] * kE4m3WeightScale);
+      else if constexpr (Cfg::kGroupScales) raw[i] = __float_as_uint(facc[i]);
       else raw[i] = uint32_t(acc[i]);
     }
     write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
@@ -353,14 +388,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         // s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
-        const float t = Cfg::kGroupScales ? __uint_as_float(raw[e]) : sw4[e] * float(int32_t(raw[e]));
+        float t;
+        if constexpr (Cfg::kGroupScales) t = __uint_as_float(raw[e]);
+        else if constexpr (Cfg::kFp8) t = sw4[e] * __uint_as_float(raw[e]);
+        else t = sw4[e] * float(int32_t(raw[e]));
         v[e] = s_a * t + bias4[e];
       }
       store_float4(p.d, p.d_dtype, i0, v, vec_ok, p.n - col);
     }
   };
 
-  store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kGroupScales>(
+  store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatSums>(
       smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
       store_row);
 #else

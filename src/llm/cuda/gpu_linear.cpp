@@ -74,11 +74,13 @@ void GpuLinear::check_mode(const std::string& mode) {
 GpuLinear::Path GpuLinear::choose_path(const std::string& mode, int64_t k_padded) {
   if (mode == "bf16") return Path::cublas_bf16;
   const LinearFormat f = parse_linear_format(mode);
-  // The packed kernels' K granularity: k32 steps of the int8 mma for W4A8, 16-byte rows of the
-  // bf16 activations for the weight-only kernel.
+  // The packed kernels' K granularity: k32 steps of the 8-bit MMAs for W4A8 and W4A-FP8,
+  // 16-byte rows of the bf16 activations for the weight-only kernel.
   if (has_packed_layout(f)) {
     if (f.act == ActScheme::none && k_padded % 8 == 0) return Path::packed_a16;
-    if (f.act == ActScheme::s8_per_token && k_padded % 32 == 0) return Path::packed_a8;
+    if ((f.act == ActScheme::s8_per_token || f.act == ActScheme::e4m3_per_token) &&
+        k_padded % 32 == 0)
+      return Path::packed_a8;
   }
   return f.act == ActScheme::none ? Path::weight_only : Path::quantized_act;
 }

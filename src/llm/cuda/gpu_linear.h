@@ -4,13 +4,14 @@
 //   mode                                     path              what forward() calls
 //   bf16                                     cublas_bf16       cublasGemmEx bf16 × bf16, f32 compute, f32 out
 //   formats with a packed layout             packed_a8         [quantize_activation +] nibble::linear(
-//   (has_packed_layout) and int8 per-token                       QuantizedActivationView, PackedWeightView)
-//   activations: w4a8_pc, w4a8_gNN,                            — the W4A8 tensor-core kernels
-//   w4a8_g128_2level (K_pad % 32 == 0)
+//   (has_packed_layout) and int8 or e4m3                         QuantizedActivationView, PackedWeightView)
+//   per-token activations: w4a8_pc,                            — the W4A8 / W4A-FP8 kernels
+//   w4a8_gNN, w4a8_g128_2level, w4afp8_*
+//   (K_pad % 32 == 0)
 //   weight-only formats with a packed        packed_a16        nibble::linear(TensorView bf16, PackedWeightView)
 //   layout: w4a16_*, w8a16 (K_pad % 8 == 0)                    — the W4A16/W8A16 tensor-core kernel
 //   other formats with quantized             quantized_act     [quantize_activation +] nibble::linear(
-//   activations (w8a8, w4afp8_*, w4a4_*)                         QuantizedActivationView, QuantizedWeightView)
+//   activations (w8a8, w4a4_*)                                   QuantizedActivationView, QuantizedWeightView)
 //   other weight-only formats                weight_only       nibble::linear(TensorView bf16, QuantizedWeightView)
 //
 // Only nibble's public API runs the quantized layers, and the packed/logical choice follows

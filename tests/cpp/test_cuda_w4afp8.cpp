@@ -1,0 +1,156 @@
+// GPU tests of W4A-FP8 (int4 weights × per-token e4m3 activations) on packed weights: the
+// Hopper kernel sm90_w4afp8_gemm (per channel and g128) and the generic SIMT kernel reading the
+// packed layout (every other case, and forced on Hopper with NIBBLE_W4AFP8_KERNEL=simt_linear),
+// against the CPU reference on the same quantized operands.
+//
+// Tolerance: the reference sums f32 products in order; the tensor cores add fp8 products with
+// fewer bits than f32 keeps (the kernel adds each 128-wide K block's sums into f32 on the CUDA
+// cores to bound this), so f32 outputs get kRelTolFp8F32Out instead of kRelTolF32Out.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "nibble/nibble.h"
+
+namespace nibble {
+namespace {
+
+constexpr double kRelTolFp8F32Out = 1e-3;
+
+const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255, 1000};
+
+bool hopper_kernel_here() {
+  const DeviceInfo info = cuda_device_info(0);
+  return info.cc_major == 9 && info.cc_minor == 0 &&
+         build_info().cuda_archs.find("90a") != std::string::npos;
+}
+
+// The kernels a call of `format` can run here: the SIMT fallback always, the Hopper kernel
+// where it takes the format.
+std::vector<std::string> fp8_kernels(const LinearFormat& f) {
+  std::vector<std::string> k = {"simt_linear"};
+  if (hopper_kernel_here() && (f.weight.per_channel() || f.weight.group_size == 128))
+    k.push_back("sm90_w4afp8_gemm");
+  return k;
+}
+
+double tolerance(DType out) { return out == DType::f32 ? kRelTolFp8F32Out : kRelTolHalfOut; }
+
+// Runs the packed-weight linear on the GPU with `kernel` forced and compares with `ref`.
+void expect_matches(const QuantizedActivation& qa, const PackedWeight& wd, const Tensor* bias_d,
+                    const Tensor& ref, const std::string& kernel) {
+  const TensorView rv = ref.view();
+  const int64_t m = rv.size(0), n = rv.size(1);
+  const ScopedEnv force("NIBBLE_W4AFP8_KERNEL", kernel);
+  const QuantizedActivation qad = qa.to(Device::cuda());
+  Tensor got = Tensor::empty(rv.dtype, {m, n}, Device::cuda());
+  got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
+  const TensorView bias_v = bias_d != nullptr ? test::as_vector(*bias_d) : TensorView{};
+  linear(qad.view(), wd.view(), bias_d != nullptr ? &bias_v : nullptr, got.view());
+  synchronize(Device::cuda());
+  ASSERT_LE(rel_error(got, ref), tolerance(rv.dtype));
+}
+
+struct Fp8Case {
+  const char* format;
+  DType out;
+};
+
+void PrintTo(const Fp8Case& c, std::ostream* os) { *os << c.format << "_" << to_string(c.out); }
+
+class CudaW4AFp8Linear : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(CudaW4AFp8Linear, MatchesReferenceOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format(GetParam().format);
+  const DType out = GetParam().out;
+  test::Rng rng;  // fresh seed, printed on failure
+  // K = 352 is not a multiple of the layout's 128 (zero-filled K tail); N = 20 takes the
+  // unaligned store paths; K = 4096 has 32 K blocks of running sums.
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256},
+                                            {264, 4096}};
+  for (auto [n, k] : nk) {
+    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+    const Tensor bias_d = bias.to(Device::cuda());
+    const TensorView bias_v = test::as_vector(bias);
+    for (int64_t m : kOddM) {
+      if (k == 4096 && m > 128) continue;  // the long-K shape keeps the CPU reference short
+      QuantizedActivation qa(f.act, m, k);
+      quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+      Tensor ref = Tensor::empty(out, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      for (const std::string& kernel : fp8_kernels(f)) {
+        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        expect_matches(qa, wd, &bias_d, ref, kernel);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CudaW4AFp8Linear,
+    ::testing::Values(Fp8Case{"w4afp8_pc", DType::bf16}, Fp8Case{"w4afp8_pc", DType::f32},
+                      Fp8Case{"w4afp8_g128", DType::bf16}, Fp8Case{"w4afp8_g128", DType::f32},
+                      Fp8Case{"w4afp8_g64", DType::f16}, Fp8Case{"w4afp8_g32", DType::f32}),
+    [](const auto& p) { return std::string(p.param.format) + "_" + to_string(p.param.out); });
+
+// Every int4 value, −8 included (round-to-nearest quantization never makes it), against every
+// e4m3 magnitude the activations can hold, subnormals and ±448 included: the kernel's weights are
+// the e4m3 codes of v·2⁻⁹, themselves partly subnormal, so this checks the tensor cores take
+// them exactly.
+TEST(CudaW4AFp8, EveryWeightValueAndExtremeActivationsMatchTheReference) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;
+  const int64_t n = 128, k = 512;
+  for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
+    SCOPED_TRACE(name);
+    const LinearFormat f = parse_linear_format(name);
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+    qw.q = test::random_int(DType::s4, n, k, rng);  // uniform over [−8, 7]
+    for (int64_t c = 0; c < k; ++c) test::put_int(qw.q.view(), c % n, c, -8);  // −8 in every row
+    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+    for (int64_t m : {1, 64, 100}) {
+      // Activations: random e4m3 bit patterns over every finite code (NaN 0x7F/0xFF excluded),
+      // with per-token scales spanning 2^-8 .. 2^8.
+      QuantizedActivation qa(f.act, m, k);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t c = 0; c < k; ++c) {
+          uint8_t code = static_cast<uint8_t>(rng.uniform_int(0, 253));
+          if ((code & 0x7F) == 0x7F) code = 0x7E;
+          static_cast<uint8_t*>(qa.q.data())[r * k + c] = code;
+        }
+        test::put_float(qa.scales.view(), r, 0, std::ldexp(1.0, int(rng.uniform_int(-8, 8))));
+      }
+      for (DType out : {DType::f32, DType::bf16}) {
+        Tensor ref = Tensor::empty(out, {m, n});
+        linear(qa.view(), qw.view(), nullptr, ref.view());
+        for (const std::string& kernel : fp8_kernels(f)) {
+          SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " out " + to_string(out));
+          expect_matches(qa, wd, nullptr, ref, kernel);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaW4AFp8, ExplainNamesTheKernelThatRuns) {
+  NIBBLE_REQUIRE_GPU();
+  const std::string pc = explain(parse_linear_format("w4afp8_pc"), 512, 4096, 4096, Device::cuda());
+  const std::string g64 = explain(parse_linear_format("w4afp8_g64"), 512, 4096, 4096, Device::cuda());
+  EXPECT_NE(pc.find(hopper_kernel_here() ? "sm90_w4afp8_gemm" : "simt_linear on the packed"),
+            std::string::npos)
+      << pc;
+  EXPECT_NE(g64.find("simt_linear on the packed"), std::string::npos) << g64;
+}
+
+}  // namespace
+}  // namespace nibble
