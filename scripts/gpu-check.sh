@@ -58,6 +58,7 @@ if [ $run_tests -eq 1 ]; then
     filter+=':CudaW8A8.S32IsBitExactOnOddShapes:CudaW8A8.SplitKIsDeterministic:CudaW4A4.S32IsBitExactOnOddShapes'
     filter+=':CudaActQuant.StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched'
     filter+=':CudaActQuant.NormedInPlaceOverwritesXWithY'
+    filter+=':CudaW4AFp8.EveryWeightValueAndExtremeActivationsMatchTheReference'
     [ $tool = racecheck ] && filter='CudaW4A8.SplitKIsDeterministic:CudaW8A8.SplitKIsDeterministic:CudaWeightOnly.SplitKIsDeterministicAndExplained:CudaActQuant.NormedInPlaceOverwritesXWithY'
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 10 "$bin/tests/cpp/nibble_tests" \
       --gtest_filter="$filter" \

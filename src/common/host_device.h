@@ -5,6 +5,9 @@
 
 #if defined(__CUDACC__)
 #define NIBBLE_HOST_DEVICE __host__ __device__
+/// For the few-instruction helpers of kernel inner loops: always inlined on the GPU.
+#define NIBBLE_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 #else
 #define NIBBLE_HOST_DEVICE
+#define NIBBLE_HOST_DEVICE_INLINE inline
 #endif

@@ -37,7 +37,7 @@ constexpr float kE4m3WeightScale = 512.0f;
 
 /// PTX prmt (__byte_perm): byte i of the result is byte s_i & 7 of the pair {b, a} (a = bytes
 /// 0..3), or, when bit 3 of selector nibble s_i is set, that byte's bit 7 copied to all 8 bits.
-NIBBLE_HOST_DEVICE inline uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s) {
+NIBBLE_HOST_DEVICE_INLINE uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s) {
 #if defined(__CUDA_ARCH__)
   // prmt itself rather than __byte_perm, whose documented selector has three bits only.
   uint32_t d;
@@ -57,20 +57,20 @@ NIBBLE_HOST_DEVICE inline uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s)
 }
 
 /// int8 weights of the low nibbles of `word` (bytes b: k = base + b).
-NIBBLE_HOST_DEVICE inline uint32_t decode_low_nibbles(uint32_t word, uint32_t gs,
+NIBBLE_HOST_DEVICE_INLINE uint32_t decode_low_nibbles(uint32_t word, uint32_t gs,
                                                       uint32_t offset4) {
   return ((word & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
 }
 
 /// int8 weights of the high nibbles of `word` (bytes b: k = base + 16 + b).
-NIBBLE_HOST_DEVICE inline uint32_t decode_high_nibbles(uint32_t word, uint32_t gs,
+NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles(uint32_t word, uint32_t gs,
                                                        uint32_t offset4) {
   return (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
 }
 
 /// Four e4m3 codes of v·2⁻⁹ from the unsigned nibbles u = v + 8 in bits 0..3 of each byte of
 /// `nibbles` (bits 4..7 ignored); `sign_bytes` has bit 3 of each u at bit 7 of its byte.
-NIBBLE_HOST_DEVICE inline uint32_t nibbles_to_e4m3(uint32_t nibbles, uint32_t sign_bytes) {
+NIBBLE_HOST_DEVICE_INLINE uint32_t nibbles_to_e4m3(uint32_t nibbles, uint32_t sign_bytes) {
   const uint32_t c = (nibbles & 0x0F0F0F0Fu) ^ 0x08080808u;
   const uint32_t negative = 0x90909090u - c;
   const uint32_t nonneg_mask = byte_perm(sign_bytes, 0u, 0xBA98u);  // 0xFF where u ≥ 8
@@ -78,17 +78,17 @@ NIBBLE_HOST_DEVICE inline uint32_t nibbles_to_e4m3(uint32_t nibbles, uint32_t si
 }
 
 /// e4m3 weights ×2⁻⁹ of the low nibbles of `word` (s4_sym, u = v + 8; bytes as decode_low_nibbles).
-NIBBLE_HOST_DEVICE inline uint32_t decode_low_nibbles_e4m3(uint32_t word) {
+NIBBLE_HOST_DEVICE_INLINE uint32_t decode_low_nibbles_e4m3(uint32_t word) {
   return nibbles_to_e4m3(word, word << 4);
 }
 
 /// e4m3 weights ×2⁻⁹ of the high nibbles of `word` (bytes as decode_high_nibbles).
-NIBBLE_HOST_DEVICE inline uint32_t decode_high_nibbles_e4m3(uint32_t word) {
+NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles_e4m3(uint32_t word) {
   return nibbles_to_e4m3(word >> 4, word);
 }
 
 /// Two-level group parameters `g_s | (128 − g_s·g_z) << 8` → (g_s, offset·0x01010101).
-NIBBLE_HOST_DEVICE inline void two_level_operands(uint32_t param, uint32_t& gs,
+NIBBLE_HOST_DEVICE_INLINE void two_level_operands(uint32_t param, uint32_t& gs,
                                                   uint32_t& offset4) {
   gs = param & 0xFFu;
   offset4 = (param >> 8) * 0x01010101u;
