@@ -10,6 +10,7 @@
 #include "cuda/dispatch/registry.h"
 #include "cuda/generic/act_quant.h"
 #include "cuda/generic/simt_linear.h"
+#include "cuda/generic/simt_linear_entry.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
@@ -40,9 +41,7 @@ void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Str
   args.a = operand(a);
   args.w = operand(w);
   args.w_scheme = w.dtype == DType::s8 ? WeightScheme::s8_sym : WeightScheme::s4_sym;
-  args.d = d.data;
-  args.d_dtype = DType::s32;
-  args.d_row_stride = d.stride(0);
+  set_output(args, nullptr, d);  // d is s32 (validated)
   launch_simt_linear(args, stream);
 }
 
@@ -146,8 +145,7 @@ void linear_packed_w4afp8(const QuantizedActivationView& a, const PackedWeightVi
     return launch_sm90_w4a8(l, stream);
   }
   SimtLinearArgs args;
-  args.mode = SimtMode::fp8;
-  args.m = a.q.size(0);
+  set_quantized_input(args, a);
   args.n = w.n;
   args.k = w.k;
   args.w_scheme = w.format.scheme;
@@ -156,12 +154,7 @@ void linear_packed_w4afp8(const QuantizedActivationView& a, const PackedWeightVi
   args.w = {w.q.data, DType::u8, 0};
   args.w_packed_k_pad = w.k_pad;
   args.w_scales = {w.scales.data, DType::f32, w.format.per_channel() ? 1 : w.n_pad};
-  args.a = operand(a.q);
-  args.a_scales = operand(a.scales);
-  if (bias != nullptr) args.bias = operand(*bias);
-  args.d = d.data;
-  args.d_dtype = d.dtype;
-  args.d_row_stride = d.stride(0);
+  set_output(args, bias, d);
   launch_simt_linear(args, stream);
 }
 }  // namespace
@@ -287,9 +280,10 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   if (info.cc_major < 8) return s + "; packed weights need sm_80+";
   const std::string packed = "; packed weights (pack_weight, layout " +
                              std::string(to_string(packed_layout(format))) + "): runs ";
+  // Every packed layout pads N to 8-channel blocks and K to 128-wide blocks.
+  const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
   if (format.act == ActScheme::none) {
     if (k % 8 != 0) return s + "; packed weight-only layouts need K % 8 == 0";
-    const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
     if (use_sm90_weight_only(device, m))
       return s + packed + describe(plan_sm90_weight_only(m, n_pad, k_pad, info.sm_count)) +
              " on " + std::to_string(info.sm_count) + " SMs (Hopper: M >= " +
@@ -299,7 +293,6 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   }
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
   if (format.act == ActScheme::e4m3_per_token) {
-    const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
     const WeightFormat& wf = format.weight;
     if (sm90_runs_w4afp8(device, wf))
       return s + packed +

@@ -41,13 +41,13 @@ std::vector<std::string> fp8_kernels(const LinearFormat& f) {
 
 double tolerance(DType out) { return out == DType::f32 ? kRelTolFp8F32Out : kRelTolHalfOut; }
 
-// Runs the packed-weight linear on the GPU with `kernel` forced and compares with `ref`.
-void expect_matches(const QuantizedActivation& qa, const PackedWeight& wd, const Tensor* bias_d,
+// Runs the packed-weight linear on the GPU (activations qad already there) with `kernel`
+// forced and compares with `ref`.
+void expect_matches(const QuantizedActivation& qad, const PackedWeight& wd, const Tensor* bias_d,
                     const Tensor& ref, const std::string& kernel) {
   const TensorView rv = ref.view();
   const int64_t m = rv.size(0), n = rv.size(1);
   const ScopedEnv force("NIBBLE_W4AFP8_KERNEL", kernel);
-  const QuantizedActivation qad = qa.to(Device::cuda());
   Tensor got = Tensor::empty(rv.dtype, {m, n}, Device::cuda());
   got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
   const TensorView bias_v = bias_d != nullptr ? test::as_vector(*bias_d) : TensorView{};
@@ -87,10 +87,11 @@ TEST_P(CudaW4AFp8Linear, MatchesReferenceOnOddShapes) {
       quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
       Tensor ref = Tensor::empty(out, {m, n});
       linear(qa.view(), qw.view(), &bias_v, ref.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
       for (const std::string& kernel : fp8_kernels(f)) {
         SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                      " K=" + std::to_string(k));
-        expect_matches(qa, wd, &bias_d, ref, kernel);
+        expect_matches(qad, wd, &bias_d, ref, kernel);
       }
     }
   }
@@ -130,12 +131,13 @@ TEST(CudaW4AFp8, EveryWeightValueAndExtremeActivationsMatchTheReference) {
         }
         test::put_float(qa.scales.view(), r, 0, std::ldexp(1.0, int(rng.uniform_int(-8, 8))));
       }
+      const QuantizedActivation qad = qa.to(Device::cuda());
       for (DType out : {DType::f32, DType::bf16}) {
         Tensor ref = Tensor::empty(out, {m, n});
         linear(qa.view(), qw.view(), nullptr, ref.view());
         for (const std::string& kernel : fp8_kernels(f)) {
           SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " out " + to_string(out));
-          expect_matches(qa, wd, nullptr, ref, kernel);
+          expect_matches(qad, wd, nullptr, ref, kernel);
         }
       }
     }

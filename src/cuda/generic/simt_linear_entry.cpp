@@ -26,16 +26,25 @@ void launch_simt_for_call(const LinearProblem& p, const LinearCall& call, Stream
     args.mode = SimtMode::a16;
     args.a = operand(*call.x);
   } else {
-    args.mode = call.a->scheme == ActScheme::e4m3_per_token ? SimtMode::fp8 : SimtMode::integer;
-    args.a = operand(call.a->q);
-    args.a_scales = operand(call.a->scales);
-    args.a_per_tensor = call.a->scheme == ActScheme::s8_per_tensor;
+    set_quantized_input(args, *call.a);
   }
-  if (call.bias != nullptr) args.bias = operand(*call.bias);
-  args.d = call.d->data;
-  args.d_dtype = call.d->dtype;
-  args.d_row_stride = call.d->stride(0);
+  set_output(args, call.bias, *call.d);
   launch_simt_linear(args, stream);
+}
+
+void set_quantized_input(SimtLinearArgs& args, const QuantizedActivationView& a) {
+  args.mode = a.scheme == ActScheme::e4m3_per_token ? SimtMode::fp8 : SimtMode::integer;
+  args.m = a.q.size(0);
+  args.a = operand(a.q);
+  args.a_scales = operand(a.scales);
+  args.a_per_tensor = a.scheme == ActScheme::s8_per_tensor;
+}
+
+void set_output(SimtLinearArgs& args, const TensorView* bias, const TensorView& d) {
+  if (bias != nullptr) args.bias = operand(*bias);
+  args.d = d.data;
+  args.d_dtype = d.dtype;
+  args.d_row_stride = d.stride(0);
 }
 
 LinearKernel simt_linear_kernel_entry() {
