@@ -95,7 +95,7 @@ def test_linear_every_format_against_cpu(gen, fmt, m, out):
         elif lf.static:
             a = nibble.quantize_activation_static(xg, scale)
         else:
-            a = nibble.quantize_activation(xg)
+            a = nibble.quantize_activation(xg, lf)
         gp = nibble.linear(a, p, bias.to(CUDA), out_dtype={torch.float32: "f32",
                                                            torch.bfloat16: "bf16"}[out])
         assert rel_fro(gp.cpu().float(), ref.float()) < tol

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -80,6 +81,22 @@ void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, con
   }
   nibble::detail::fail(ErrorCode::internal,
                        "sm90_w4afp8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
+}
+
+// fp8 per channel: K blocks the tensor cores' f32 accumulators sum before the kernel folds them
+// into its own f32 running sums. NIBBLE_W4AFP8_FOLD_KBLOCKS (1..) overrides it for measuring.
+int fp8_fold_kblocks() {
+  static const int value = [] {
+    const char* v = std::getenv("NIBBLE_W4AFP8_FOLD_KBLOCKS");
+    if (v == nullptr || *v == '\0') return 1;
+    const int n = std::atoi(v);
+    if (n < 1)
+      nibble::detail::fail(ErrorCode::invalid_argument,
+                           std::string("NIBBLE_W4AFP8_FOLD_KBLOCKS must be a positive integer, got '") +
+                               v + "'");
+    return n;
+  }();
+  return value;
 }
 
 template <int BM>
@@ -227,6 +244,7 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   }
   const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.a_e4m3) {
+    p.fold_kblocks = fp8_fold_kblocks();
     if (l.epilogue == W4A8Epilogue::group)
       return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
     return launch_epilogue_fp8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,

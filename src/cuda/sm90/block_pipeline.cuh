@@ -12,6 +12,17 @@
 // Fragments alternate between two register sets with compile-time indices (the loop is
 // unrolled by two); a stage is released once the block after it is issued, i.e. when
 // wgmma.wait_group 1 says its own group is done.
+//
+// run_blocks_with_running_sums is the loop of the formats that fold the tensor cores' sums
+// into f32 running sums (group scales, fp8 activations), which must wait for a block's wgmma
+// before folding it:
+//   decode_block(it, frag) waits for block it's stage and converts into `frag`; returns the stage
+//   issue(stage, frag, restart) issues and commits the block's wgmma (restart: the block's
+//                          first wgmma overwrites the accumulators instead of adding to them)
+//   fold(stage)            adds the accumulators into the running sums (the stage still holds
+//                          the block's group scales)
+// The next block is converted while this block's wgmma runs, so the wait before folding
+// covers only the tensor cores' latency, not the conversion.
 #pragma once
 
 #include <type_traits>
@@ -44,6 +55,44 @@ __device__ __forceinline__ void run_blocks_one_in_flight(int num_kb, Frag (&frag
   keep_until_here(frag[0]);
   keep_until_here(frag[1]);
   if (prev_s >= 0) release(prev_s);
+}
+
+// fold_kblocks: the accumulators are folded (and restarted) every fold_kblocks K blocks and
+// after the last; 1 for per-block group scales.
+template <class Frag, class Decode, class Issue, class Keep, class Fold, class Release>
+__device__ __forceinline__ void run_blocks_with_running_sums(int num_kb, int fold_kblocks,
+                                                             Frag (&frag)[2],
+                                                             Decode&& decode_block, Issue&& issue,
+                                                             Keep&& keep_until_here, Fold&& fold,
+                                                             Release&& release) {
+  if (num_kb <= 0) return;
+  int it = 0, since_fold = 0, pending_s = -1;
+  int next_s = decode_block(0, frag[0]);
+  auto step = [&](auto buf) {
+    constexpr int b = decltype(buf)::value;
+    const int s = next_s;
+    issue(s, frag[b], since_fold == 0);
+    ptx::wgmma_wait<1>();  // the previous block's group is done: its fragments and stage are free
+    keep_until_here(frag[b ^ 1]);
+    if (pending_s >= 0) release(pending_s);
+    pending_s = -1;
+    if (it + 1 < num_kb) next_s = decode_block(it + 1, frag[b ^ 1]);
+    ++it;
+    if (++since_fold == fold_kblocks || it == num_kb) {
+      ptx::wgmma_wait<0>();
+      keep_until_here(frag[b]);
+      fold(s);
+      release(s);
+      since_fold = 0;
+    } else {
+      pending_s = s;
+    }
+  };
+  while (it + 1 < num_kb) {
+    step(std::integral_constant<int, 0>{});
+    step(std::integral_constant<int, 1>{});
+  }
+  if (it < num_kb) step(std::integral_constant<int, 0>{});
 }
 
 }  // namespace nibble::cuda::sm90

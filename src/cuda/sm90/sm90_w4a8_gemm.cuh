@@ -115,6 +115,9 @@ struct W4A8WgmmaParams {
   void* workspace = nullptr;      // splits·M·N 4-byte partials (split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
+  // fp8 per channel: K blocks whose sums the tensor cores accumulate before they are folded
+  // into the f32 running sums (accuracy against time: see kernels.md).
+  int fold_kblocks = 1;
 };
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false>
@@ -232,14 +235,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
   }
 
-  // One K block: wait for its stage, convert this lane's weight words into frag (the A
+  // One K block: wait for its stage and convert this lane's weight words into frag (the A
   // fragments of the block's four k32 steps; int8 weights need none, wgmma reads them from
-  // shared memory) and issue the four wgmma. Returns the stage.
-  auto issue_block = [&](int it, uint32_t (&frag)[4][4]) {
+  // shared memory). Returns the stage.
+  auto decode_block = [&](int it, uint32_t (&frag)[4][4]) {
     const int s = it % STAGES;
     ptx::mbarrier_wait(&full[s], (it / STAGES) & 1);
-    const uint8_t* stage = smem + s * Cfg::kStageBytes;
-    const uint8_t* w_sh = stage + Cfg::kABytes;
+    const uint8_t* w_sh = smem + s * Cfg::kStageBytes + Cfg::kABytes;
     if constexpr (!Cfg::kW8) {
       const uint8_t* g_sh = w_sh + Cfg::kWBytes;
       const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
@@ -268,16 +270,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       (void)frag;
     }
+    return s;
+  };
+  // Issue and commit the block's four wgmma; `restart`: the first overwrites the accumulators
+  // (formats with running f32 sums restart them after each fold).
+  auto issue = [&](int s, uint32_t (&frag)[4][4], bool restart) {
+    const uint8_t* stage = smem + s * Cfg::kStageBytes;
     const uint64_t desc = ptx::smem_desc_k128_sw128(stage);
     // int8 weights: this warpgroup's 64 rows of the weight tile (1024-byte aligned) are A.
-    const uint64_t desc_w = ptx::smem_desc_k128_sw128(w_sh + 64 * cw * Cfg::kBK);
+    const uint64_t desc_w = ptx::smem_desc_k128_sw128(stage + Cfg::kABytes + 64 * cw * Cfg::kBK);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
     ptx::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // +32 bytes (2 descriptor units) per k32 step
-      // Formats with running f32 sums restart the block's sums every K block (scale-d false).
-      const int accumulate = Cfg::kFloatSums && j == 0 ? 0 : 1;
+      const int accumulate = restart && j == 0 ? 0 : 1;
       if constexpr (Cfg::kW8)
         ptx::wgmma_s8_ss<BM>(acc, desc_w + 2 * j, desc + 2 * j, 1);
       else if constexpr (Cfg::kFp8)
@@ -286,7 +293,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
     }
     ptx::wgmma_commit();
-    return s;
   };
   // wgmma reads its register operands asynchronously: a block's fragments must stay untouched
   // until its group has completed, which is what this fence after the wait records.
@@ -307,14 +313,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   uint32_t frag[2][4][4];
   if constexpr (Cfg::kFloatSums) {
-    // The running f32 sums need each block's sums before the next block restarts them: wait
-    // for every block (the other consumer warpgroup keeps the tensor cores busy meanwhile).
-    for (int it = 0; it < num_kb; ++it) {
-      const int s = issue_block(it, frag[0]);
-      ptx::wgmma_wait<0>();
+    // The running f32 sums need the block sums before the accumulators restart: wait, fold,
+    // restart (every K block for group scales, every p.fold_kblocks for fp8 per channel).
+    auto fold = [&](int s) {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-      keep_until_here(frag[0]);
       if constexpr (Cfg::kGroupScales) {
         const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
                                                          Cfg::kABytes + Cfg::kWBytes);
@@ -322,14 +325,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
       } else {  // fp8 per channel: the scale comes in the epilogue
+        (void)s;
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) facc[i] += acc[i];
       }
-      release(s);
-    }
+    };
+    run_blocks_with_running_sums(num_kb, Cfg::kGroupScales ? 1 : p.fold_kblocks, frag,
+                                 decode_block, issue, keep_until_here, fold, release);
   } else {
     // Integer formats keep one block's wgmma in flight while the next block is converted and
     // issued (cuda/sm90/block_pipeline.cuh).
+    auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
+      const int s = decode_block(it, f);
+      issue(s, f, false);
+      return s;
+    };
     run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
   }
 #pragma unroll
