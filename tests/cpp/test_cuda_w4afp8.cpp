@@ -4,8 +4,10 @@
 // against the CPU reference on the same quantized operands.
 //
 // Tolerance: the reference sums f32 products in order; the tensor cores add fp8 products with
-// fewer bits than f32 keeps (the kernel adds each 128-wide K block's sums into f32 on the CUDA
-// cores to bound this), so f32 outputs get kRelTolFp8F32Out instead of kRelTolF32Out.
+// fewer bits than f32 keeps, so f32 outputs get kRelTolFp8F32Out instead of kRelTolF32Out.
+// Measured on the H100 (2026-11-23, random Gaussian data, M 1..300, K 1024..14336): g128 (each
+// 128-wide K block's sums folded into f32 on the CUDA cores) up to 6e-5; per channel (all of K
+// in the tensor cores' accumulators) up to 4.7e-4.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,7 +22,7 @@
 namespace nibble {
 namespace {
 
-constexpr double kRelTolFp8F32Out = 1e-3;
+constexpr double kRelTolFp8F32Out = 2e-3;
 
 const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255, 1000};
 

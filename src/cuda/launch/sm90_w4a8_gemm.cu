@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -71,42 +70,28 @@ void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
                        "sm90_w8a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
 }
 
-// fp8 activations: per channel or G = 128 group scales, BM ≤ 128 (kFloatSums).
+// fp8 activations: per channel (BM up to 256) or G = 128 group scales (BM ≤ 128, kFloatSums).
 template <W4A8Epilogue E>
 void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                          const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   switch (bm) {
     case 64: return launch_instance<64, E, 4, true>(a, w, g, p, grid, stream);
     case 128: return launch_instance<128, E, 4, true>(a, w, g, p, grid, stream);
+    case 256:
+      if constexpr (E == W4A8Epilogue::per_channel)
+        return launch_instance<256, E, 4, true>(a, w, g, p, grid, stream);
+      break;
   }
   nibble::detail::fail(ErrorCode::internal,
                        "sm90_w4afp8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
-}
-
-// fp8 per channel: K blocks the tensor cores' f32 accumulators sum before the kernel folds them
-// into its own f32 running sums. NIBBLE_W4AFP8_FOLD_KBLOCKS (1..) overrides it for measuring.
-int fp8_fold_kblocks() {
-  static const int value = [] {
-    const char* v = std::getenv("NIBBLE_W4AFP8_FOLD_KBLOCKS");
-    if (v == nullptr || *v == '\0') return 1;
-    const int n = std::atoi(v);
-    if (n < 1)
-      nibble::detail::fail(ErrorCode::invalid_argument,
-                           std::string("NIBBLE_W4AFP8_FOLD_KBLOCKS must be a positive integer, got '") +
-                               v + "'");
-    return n;
-  }();
-  return value;
 }
 
 template <int BM>
 int stages_of(W4A8Epilogue e, int weight_bits, bool a_e4m3) {
   if (weight_bits == 8) return Instance<BM, W4A8Epilogue::per_channel, 8>::kStages;
   if (a_e4m3) {
-    if constexpr (BM <= 128) {
-      return e == W4A8Epilogue::group ? Instance<BM, W4A8Epilogue::group, 4, true>::kStages
-                                      : Instance<BM, W4A8Epilogue::per_channel, 4, true>::kStages;
-    }
+    if (e == W4A8Epilogue::per_channel) return Instance<BM, W4A8Epilogue::per_channel, 4, true>::kStages;
+    if constexpr (BM <= 128) return Instance<BM, W4A8Epilogue::group, 4, true>::kStages;
     return 0;
   }
   switch (e) {
@@ -147,10 +132,10 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // Split-K needs at least 24 K blocks (3072 of K) per split — measured on the H100 at M = 64:
   // 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096), 4 of 14336 won (22.7
   // vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed cost. The f32 group
-  // epilogue and fp8 activations have no 256-token tile (their second accumulator set, the f32
-  // running sums, would not fit).
+  // epilogues (int8 or fp8 activations) have no 256-token tile (their second accumulator set,
+  // the f32 running sums, would not fit).
   const Sm90TileChoice t =
-      epilogue == W4A8Epilogue::group || a_e4m3
+      epilogue == W4A8Epilogue::group
           ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24)
           : choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24);
   W4A8WgmmaPlan best;
@@ -244,7 +229,6 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   }
   const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.a_e4m3) {
-    p.fold_kblocks = fp8_fold_kblocks();
     if (l.epilogue == W4A8Epilogue::group)
       return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
     return launch_epilogue_fp8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,

