@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/token_quant.cuh"
 #include "llm/cuda/kernels.h"
 
 namespace nibble::llm::cuda {
@@ -50,10 +51,14 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 /// The int8 scale of a row whose largest magnitude is amax (quantize_activation's formula).
 __device__ __forceinline__ float s8_scale(float amax) { return __fdiv_rn(amax, 127.0f); }
 
-/// One int8 value, quantize_activation's rounding: rint (ties to even) of x / s, clamped.
-__device__ __forceinline__ int8_t s8_quantize(float x, float s) {
+/// One int8 value, quantize_activation's rounding: rint (ties to even) of x / s, clamped. The
+/// quotient is RN(x / s) from s's reciprocal (`div` = TokenDivider::make(s), once per row;
+/// cuda/common/token_quant.cuh): the same bits as an IEEE division for |x| ≤ the row's amax,
+/// without the division's slow-path subroutine call, which made ptxas spill around it once
+/// several values were held across it.
+__device__ __forceinline__ int8_t s8_quantize(float x, float s, const nibble::cuda::TokenDivider& div) {
   if (s == 0.0f) return 0;
-  const float q = rintf(__fdiv_rn(x, s));
+  const float q = rintf(div.divide(x));
   return static_cast<int8_t>(fminf(fmaxf(q, -127.0f), 127.0f));
 }
 
@@ -104,8 +109,9 @@ __device__ __forceinline__ void store_act_row(const ActOutput& out, int64_t row,
   amax = block_max<kThreads>(amax, scratch);
   const float s = s8_scale(amax);
   if (threadIdx.x == 0) out.scales[row] = s;
+  const nibble::cuda::TokenDivider div = nibble::cuda::TokenDivider::make(s);
   auto* q = static_cast<int8_t*>(out.data) + row * out.ld;
-  for_each_value([&](int64_t i, float v) { q[i] = s8_quantize(v, s); });
+  for_each_value([&](int64_t i, float v) { q[i] = s8_quantize(v, s, div); });
 }
 
 /// store_act_row for a row whose values the threads already hold: thread t holds v[j] for
@@ -131,11 +137,12 @@ __device__ __forceinline__ void store_act_row_held(const ActOutput& out, int64_t
   amax = block_max<kThreads>(amax, scratch);
   const float s = s8_scale(amax);
   if (threadIdx.x == 0) out.scales[row] = s;
+  const nibble::cuda::TokenDivider div = nibble::cuda::TokenDivider::make(s);
   auto* q = static_cast<int8_t*>(out.data) + row * out.ld;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int64_t i = threadIdx.x + int64_t{j} * kThreads;
-    if (i < width) q[i] = s8_quantize(v[j], s);
+    if (i < width) q[i] = s8_quantize(v[j], s, div);
   }
 }
 
