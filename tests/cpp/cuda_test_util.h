@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <ostream>
 #include <string>
 
 #include "nibble/nibble.h"
@@ -22,6 +23,16 @@ namespace nibble {
   do {                                                                                \
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason(); \
   } while (0)
+
+/// One case of a parameterized linear-layer test: a linear format and the output dtype. Test
+/// names and ctest listings show the case ("w4a8_pc_bf16"), not its bytes.
+struct LinearCase {
+  const char* format;
+  DType out;
+};
+inline void PrintTo(const LinearCase& c, std::ostream* os) {
+  *os << c.format << "_" << to_string(c.out);
+}
 
 /// Sets an environment variable for the scope and restores its previous value (or absence)
 /// afterwards. The dispatch points read their overrides per call (NIBBLE_W4A8_KERNEL,

@@ -9,7 +9,6 @@
 #endif
 
 #include <cstdlib>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -107,14 +106,6 @@ TEST(CudaW4A8, SplitKIsDeterministic) {
     }
   }
 }
-
-struct LinearCase {
-  const char* format;
-  DType out;
-};
-
-// Test names and ctest listings show the case, not its bytes.
-void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.format << "_" << to_string(c.out); }
 
 class CudaW4A8Linear : public ::testing::TestWithParam<LinearCase> {};
 

@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -58,14 +57,7 @@ void expect_matches(const QuantizedActivation& qad, const PackedWeight& wd, cons
   ASSERT_LE(rel_error(got, ref), tolerance(rv.dtype));
 }
 
-struct Fp8Case {
-  const char* format;
-  DType out;
-};
-
-void PrintTo(const Fp8Case& c, std::ostream* os) { *os << c.format << "_" << to_string(c.out); }
-
-class CudaW4AFp8Linear : public ::testing::TestWithParam<Fp8Case> {};
+class CudaW4AFp8Linear : public ::testing::TestWithParam<LinearCase> {};
 
 TEST_P(CudaW4AFp8Linear, MatchesReferenceOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
@@ -101,9 +93,9 @@ TEST_P(CudaW4AFp8Linear, MatchesReferenceOnOddShapes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, CudaW4AFp8Linear,
-    ::testing::Values(Fp8Case{"w4afp8_pc", DType::bf16}, Fp8Case{"w4afp8_pc", DType::f32},
-                      Fp8Case{"w4afp8_g128", DType::bf16}, Fp8Case{"w4afp8_g128", DType::f32},
-                      Fp8Case{"w4afp8_g64", DType::f16}, Fp8Case{"w4afp8_g32", DType::f32}),
+    ::testing::Values(LinearCase{"w4afp8_pc", DType::bf16}, LinearCase{"w4afp8_pc", DType::f32},
+                      LinearCase{"w4afp8_g128", DType::bf16}, LinearCase{"w4afp8_g128", DType::f32},
+                      LinearCase{"w4afp8_g64", DType::f16}, LinearCase{"w4afp8_g32", DType::f32}),
     [](const auto& p) { return std::string(p.param.format) + "_" + to_string(p.param.out); });
 
 // Every int4 value, −8 included (round-to-nearest quantization never makes it), against every

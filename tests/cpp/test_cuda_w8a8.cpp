@@ -10,7 +10,6 @@
 #endif
 
 #include <cstdlib>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -87,13 +86,6 @@ TEST(CudaW8A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
     }
   }
 }
-
-struct LinearCase {
-  const char* format;
-  DType out;
-};
-
-void PrintTo(const LinearCase& c, std::ostream* os) { *os << c.format << "_" << to_string(c.out); }
 
 class CudaW8A8Linear : public ::testing::TestWithParam<LinearCase> {};
 

@@ -14,8 +14,8 @@
 // wgmma.wait_group 1 says its own group is done.
 //
 // run_blocks_with_running_sums is the loop of the formats that fold the tensor cores' sums
-// into f32 running sums (group scales, fp8 activations), which must wait for a block's wgmma
-// before folding it:
+// into f32 running sums (f32 group scales, with int8 or fp8 activations), which must wait for a
+// block's wgmma before folding it:
 //   decode_block(it, frag) waits for block it's stage and converts into `frag`; returns the stage
 //   issue(stage, frag, restart) issues and commits the block's wgmma (restart: the block's
 //                          first wgmma overwrites the accumulators instead of adding to them)
