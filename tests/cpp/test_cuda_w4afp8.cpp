@@ -138,6 +138,36 @@ TEST(CudaW4AFp8, EveryWeightValueAndExtremeActivationsMatchTheReference) {
   }
 }
 
+// Few tiles and a long K: the Hopper kernel splits K and the last CTA of a tile adds the
+// splits' f32 partials (the raw tile holds f32, not int32, for both fp8 formats).
+TEST(CudaW4AFp8, SplitKMatchesTheReference) {
+  NIBBLE_REQUIRE_GPU();
+  if (!hopper_kernel_here()) GTEST_SKIP() << "sm90_w4afp8_gemm needs an sm_90a build on sm_90";
+  test::Rng rng;
+  const int64_t n = 256, k = 8192;
+  for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
+    const LinearFormat f = parse_linear_format(name);
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+    const Tensor bias_d = bias.to(Device::cuda());
+    const TensorView bias_v = test::as_vector(bias);
+    for (int64_t m : {1, 17, 64}) {
+      SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m));
+      EXPECT_NE(explain(f, m, n, k, Device::cuda()).find("split-K"), std::string::npos)
+          << explain(f, m, n, k, Device::cuda());
+      QuantizedActivation qa(f.act, m, k);
+      quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      for (DType out : {DType::f32, DType::bf16}) {
+        Tensor ref = Tensor::empty(out, {m, n});
+        linear(qa.view(), qw.view(), &bias_v, ref.view());
+        expect_matches(qad, wd, &bias_d, ref, "sm90_w4afp8_gemm");
+      }
+    }
+  }
+}
+
 TEST(CudaW4AFp8, ExplainNamesTheKernelThatRuns) {
   NIBBLE_REQUIRE_GPU();
   const std::string pc = explain(parse_linear_format("w4afp8_pc"), 512, 4096, 4096, Device::cuda());

@@ -70,7 +70,7 @@ void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
                        "sm90_w8a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
 }
 
-// fp8 activations: per channel (BM up to 256) or G = 128 group scales (BM ≤ 128, kFloatSums).
+// fp8 activations: per channel (BM up to 256) or G = 128 group scales (BM ≤ 128: f32 running sums).
 template <W4A8Epilogue E>
 void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                          const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {

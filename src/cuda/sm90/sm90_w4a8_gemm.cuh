@@ -142,9 +142,11 @@ struct W4A8WgmmaConfig {
   static constexpr W4A8Epilogue EPI = EPI_;
   static constexpr bool kGroupScales = EPI == W4A8Epilogue::group;
   static constexpr bool kGroupParams = EPI == W4A8Epilogue::two_level;
-  /// The block-by-block f32 running sums: f32 group scales (int8 or fp8 activations). fp8 per
+  /// f32 group scales (int8 or fp8 activations) keep block-by-block f32 running sums; fp8 per
   /// channel sums all of K in the tensor cores' f32 accumulators (see the header).
-  static constexpr bool kFloatSums = kGroupScales;
+  /// The raw tile the epilogue parks holds f32 sums (group scales folded in, or fp8), not int32:
+  /// split-K partials must then be added as floats.
+  static constexpr bool kFloatTile = kGroupScales || kFp8;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // accumulators per consumer thread (int32, or f32 fp8)
   static constexpr int kABytes = BM * kBK;
@@ -161,7 +163,7 @@ struct W4A8WgmmaConfig {
   static constexpr int kBarrierOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
   static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
-  static_assert(!kFloatSums || BM <= 128, "f32 running sums need BM/2 more registers");
+  static_assert(!kGroupScales || BM <= 128, "f32 running sums need BM/2 more registers");
 };
 
 template <class Cfg>
@@ -229,10 +231,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   using Acc = std::conditional_t<Cfg::kFp8, float, int32_t>;
   Acc acc[kAcc];
-  float facc[Cfg::kFloatSums ? kAcc : 1];
+  float facc[Cfg::kGroupScales ? kAcc : 1];  // the f32 running sums
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0;
-  if constexpr (Cfg::kFloatSums) {
+  if constexpr (Cfg::kGroupScales) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
   }
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   uint32_t frag[2][4][4];
-  if constexpr (Cfg::kFloatSums) {
+  if constexpr (Cfg::kGroupScales) {
     // The running f32 sums need each block's sums before the accumulators restart: wait for
     // the block, fold it in with its group scale, restart.
     auto fold = [&](int s) {
@@ -406,7 +408,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
 
-  store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatSums>(
+  store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
       smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
       store_row);
 #else
