@@ -2,7 +2,9 @@
 // against the CPU reference: q, the scales and the normalized rows bit for bit, for every
 // input dtype, scheme and fusion, odd shapes, rows held in registers and rows streamed from
 // global memory, strided and unaligned rows, in place; outputs are poisoned first so that
-// every byte must be written. Each test skips, saying why, without a usable GPU.
+// every byte must be written. The *RowInSharedMemory tests run the same cases with the chunks
+// held in shared memory (ActQuantPlanOptions::row_in_shared) instead of registers. Each test
+// skips, saying why, without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,7 +87,27 @@ Case make_case(DType dtype, int64_t m, int64_t k, Fusion f, int variant, Rng& rn
   return c;
 }
 
+// Set by the *RowInSharedMemory tests: GPU calls then launch the kernel directly with the plan
+// these options give, instead of the library's default plan.
+bool g_row_in_shared = false;
+struct RowInSharedMemory {
+  RowInSharedMemory() { g_row_in_shared = true; }
+  ~RowInSharedMemory() { g_row_in_shared = false; }
+};
+
 void run(const TensorView& x, const QuantizedActivationView& out, const ActQuantFusion& f) {
+#if NIBBLE_WITH_CUDA
+  if (g_row_in_shared && x.device.type == DeviceType::cuda) {
+    const float static_scale = out.scheme == ActScheme::s8_per_tensor ? kStaticScale : 0.0f;
+    const cuda::ActQuantArgs args = cuda::act_quant_args(x, out, f, static_scale);
+    cuda::ActQuantPlanOptions options;
+    options.row_in_shared = true;
+    const cuda::ActQuantPlan plan =
+        cuda::plan_act_quant(args, cuda_device_info(x.device.index).sm_count, options);
+    cuda::launch_act_quant(args, plan, nullptr);
+    return;
+  }
+#endif
   if (out.scheme == ActScheme::s8_per_tensor)
     quantize_activation_static(x, kStaticScale, out, f);
   else
@@ -121,9 +143,8 @@ void expect_bit_exact(DType dtype, ActScheme scheme, Fusion fusion, int64_t m, i
   }
 }
 
-// Every dtype × scheme × fusion on the odd shapes (rows in registers).
-TEST(CudaActQuant, EveryVariantIsBitExactOnOddShapes) {
-  NIBBLE_REQUIRE_GPU();
+// Every dtype × scheme × fusion on the odd shapes (rows held on chip).
+void check_every_variant_on_odd_shapes() {
   Rng rng;  // fresh seed, printed on failure
   int variant = 0;
   for (DType dtype : {DType::f32, DType::f16, DType::bf16})
@@ -133,6 +154,17 @@ TEST(CudaActQuant, EveryVariantIsBitExactOnOddShapes) {
           for (int64_t k : {2, 34, 4096, 4098}) expect_bit_exact(dtype, scheme, fusion, m, k, variant++, rng);
         expect_bit_exact(dtype, scheme, fusion, 17, 14336, variant++, rng);
       }
+}
+
+TEST(CudaActQuant, EveryVariantIsBitExactOnOddShapes) {
+  NIBBLE_REQUIRE_GPU();
+  check_every_variant_on_odd_shapes();
+}
+
+TEST(CudaActQuant, EveryVariantIsBitExactOnOddShapesRowInSharedMemory) {
+  NIBBLE_REQUIRE_GPU();
+  const RowInSharedMemory shared;
+  check_every_variant_on_odd_shapes();
 }
 
 // Rows too long for registers are streamed from global memory once per pass: K = 65536 for
@@ -166,8 +198,7 @@ TEST(CudaActQuant, LongRowsStreamedFromGlobalMemoryAreBitExact) {
 
 // Row strides: aligned ones (16-byte multiples, vector accesses), unaligned ones and a
 // misaligned start (element accesses); the gaps between rows are never written.
-TEST(CudaActQuant, StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched) {
-  NIBBLE_REQUIRE_GPU();
+void check_strided_and_unaligned_rows() {
   Rng rng;
   struct Layout {
     int64_t x_pad, q_pad, y_pad, offset;  // pads in elements; offset: x view starts this late
@@ -234,9 +265,19 @@ TEST(CudaActQuant, StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched) {
         }
 }
 
-// normed may be x itself: the row is read before it is overwritten (registers and streamed).
-TEST(CudaActQuant, NormedInPlaceOverwritesXWithY) {
+TEST(CudaActQuant, StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched) {
   NIBBLE_REQUIRE_GPU();
+  check_strided_and_unaligned_rows();
+}
+
+TEST(CudaActQuant, StridedAndUnalignedRowsAreBitExactRowInSharedMemory) {
+  NIBBLE_REQUIRE_GPU();
+  const RowInSharedMemory shared;
+  check_strided_and_unaligned_rows();
+}
+
+// normed may be x itself: the row is read before it is overwritten (on chip and streamed).
+void check_normed_in_place() {
   Rng rng;
   for (int64_t k : {4096, 65536}) {
     SCOPED_TRACE("K=" + std::to_string(k));
@@ -254,6 +295,17 @@ TEST(CudaActQuant, NormedInPlaceOverwritesXWithY) {
     EXPECT_TRUE(same_bytes(got.scales, ref.scales));
     EXPECT_TRUE(same_bytes(c.x_dev, y_ref));
   }
+}
+
+TEST(CudaActQuant, NormedInPlaceOverwritesXWithY) {
+  NIBBLE_REQUIRE_GPU();
+  check_normed_in_place();
+}
+
+TEST(CudaActQuant, NormedInPlaceOverwritesXWithYRowInSharedMemory) {
+  NIBBLE_REQUIRE_GPU();
+  const RowInSharedMemory shared;
+  check_normed_in_place();
 }
 
 // A NaN in a row gives that row a NaN scale on the GPU (the CPU rejects it): the max keeps it.

@@ -27,6 +27,12 @@
 // shared-memory step across the row's warps) and the quantized stores read the registers.
 // Short rows share a block (up to 256 threads of rows), long rows get up to 512 threads. A
 // thread holds at most 8 chunks (4 when a fusion is on: its arithmetic needs the registers).
+// With plan.row_in_shared the same chunks sit in per-thread 16-byte slots of shared memory
+// (cp.async, no barrier: a thread reads back only its own slots) and each pass is a rolled
+// loop: the register instances unroll every pass over their chunks, which makes the fused
+// 4-chunk one 180 KB of SASS, executed once per row and bound by instruction fetch (ncu on the
+// H100, M = 1, K = 4096: 77% of the stall cycles "no instruction", 18 µs a row); the
+// shared-memory instances are 12 KB unfused and 58 KB fused, at 32 and 64 registers.
 // Longer rows (K > 32768 plain 16-bit, > 16384 plain f32 or fused 16-bit, > 8192 fused f32)
 // stream x from global memory once per pass instead (up to four; the row is then usually in L2).
 //
@@ -55,8 +61,10 @@
 #include "common/cuda_runtime_check.h"
 #include "common/rounded_math.h"
 #include "cuda/common/element.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/token_quant.cuh"
 #include "cuda/generic/act_quant.h"
+#include "cuda/launch/dynamic_smem.h"
 
 namespace nibble::cuda {
 
@@ -65,6 +73,9 @@ namespace {
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
 constexpr int kMaxChunks = 8;     // 32 registers of x per thread (unfused calls)
 constexpr int kMaxFusedChunks = 4;
+// The kChunks of the instance that keeps each thread's chunks in shared memory instead of
+// registers (ActQuantPlan::row_in_shared).
+constexpr int kRowInShared = -1;
 
 // ---- element types --------------------------------------------------------------------------
 
@@ -182,23 +193,29 @@ __device__ __forceinline__ U row_reduce(U v, Op op, U* red, int threads_per_row)
 
 // ---- the kernel -------------------------------------------------------------------------------
 
-// This thread's chunks of one row, in registers (kChunks > 0) or re-read from global memory on
-// every visit (kChunks == 0, rows too long to keep on chip).
+// This thread's chunks of one row: in registers (kChunks > 0, the loops over them unrolled),
+// in shared memory (kChunks == kRowInShared: the same chunks in per-thread slots, visited by a
+// rolled loop, so the code is one chunk's worth instead of kChunks), or re-read from global
+// memory on every visit (kChunks == 0, rows too long to keep on chip).
 template <class T, int kChunks>
 struct RowChunks {
   static constexpr int V = 16 / sizeof(T);
+  static constexpr bool kShared = kChunks == kRowInShared;
   static constexpr int kRegs = kChunks > 0 ? kChunks : 1;
   const T* row;
   int64_t k, chunks;
   int lane, stride;  // first chunk and chunk step of this thread
   bool live, vectorized;
   Pack<T, V> raw[kRegs];
+  Pack<T, V>* held;  // kShared: this thread's slot for its chunk j is held[j * slot_step]
+  int slot_step;
 
   __device__ int valid(int64_t c) const {
     const int64_t left = k - c * V;
     return left < V ? static_cast<int>(left) : V;
   }
 
+  // Issues every load of this thread's chunks before waiting for any.
   __device__ void load() {
     if constexpr (kChunks > 0) {
 #pragma unroll
@@ -206,12 +223,28 @@ struct RowChunks {
         const int64_t c = lane + int64_t{j} * stride;
         if (live && c < chunks) raw[j] = load_x<T, V>(row + c * V, valid(c), vectorized);
       }
+    } else if constexpr (kShared) {
+      if (live) {
+#pragma unroll 1
+        for (int j = 0;; ++j) {
+          const int64_t c = lane + int64_t{j} * stride;
+          if (c >= chunks) break;
+          Pack<T, V>* slot = held + j * slot_step;
+          const int n = valid(c);
+          if (vectorized && n == V)
+            ptx::cp_async_16(slot, row + c * V, true);
+          else
+            *slot = load_x<T, V>(row + c * V, n, vectorized);
+        }
+      }
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();  // only this thread's own slots are read back: no barrier
     }
   }
 
   // f(c, x[V], n) for each of this thread's chunks c (x as f32, zeros past the n valid ones).
-  // kKeep: f may change x to other values of T, which replace the chunk held in registers
-  // (the RMSNorm output y, so that the last pass need not compute it again).
+  // kKeep: f may change x to other values of T, which replace the chunk held on chip (the
+  // RMSNorm output y, so that the last pass need not compute it again).
   template <bool kKeep = false, class F>
   __device__ void visit(F&& f) {
     if (!live) return;
@@ -229,6 +262,22 @@ struct RowChunks {
           for (int i = 0; i < V; ++i) raw[j].v[i] = Elem<T>::from_f32(x[i]);
         }
       }
+    } else if constexpr (kShared) {
+#pragma unroll 1
+      for (int j = 0;; ++j) {
+        const int64_t c = lane + int64_t{j} * stride;
+        if (c >= chunks) break;
+        Pack<T, V>* slot = held + j * slot_step;
+        Pack<T, V> pk = *slot;
+#pragma unroll
+        for (int i = 0; i < V; ++i) x[i] = Elem<T>::to_f32(pk.v[i]);
+        f(c, x, valid(c));
+        if constexpr (kKeep) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) pk.v[i] = Elem<T>::from_f32(x[i]);
+          *slot = pk;
+        }
+      }
     } else {
       for (int64_t c = lane; c < chunks; c += stride) {
         const Pack<T, V> pk = load_x<T, V>(row + c * V, valid(c), vectorized);
@@ -241,7 +290,9 @@ struct RowChunks {
 };
 
 // kStatic: per-tensor int8 with p.static_scale (kQ = s8); otherwise a dynamic scale per row.
-template <class T, DType kQ, bool kStatic, int kChunks>
+// kFusions: the RMSNorm and smooth code is compiled in (the instances for unfused calls leave
+// it out: it is most of the kernel's code, and of the registers of the 8-chunk instances).
+template <class T, DType kQ, bool kStatic, int kChunks, bool kFusions>
 __global__ void __launch_bounds__(kMaxThreads)
     act_quant_kernel(const ActQuantArgs p, const ActQuantPlan plan) {
   constexpr int V = 16 / sizeof(T);
@@ -258,14 +309,16 @@ __global__ void __launch_bounds__(kMaxThreads)
   row.stride = tpr;
   row.vectorized = plan.vectorized;
   row.row = static_cast<const T*>(p.x.data) + (row.live ? m : 0) * p.x.row_stride;
+  if constexpr (RowChunks<T, kChunks>::kShared) {
+    extern __shared__ uint4 row_slots[];  // threads × chunks_per_thread slots of 16 bytes
+    row.held = reinterpret_cast<Pack<T, V>*>(row_slots) + threadIdx.x;
+    row.slot_step = static_cast<int>(blockDim.x);
+  }
   row.load();  // every load of the row is in flight before the first reduction waits
 
   // RMSNorm's r. Every thread takes part in the reductions, rows of zeros and rows past M too.
-  // The 8-chunk instances leave no registers for the fusions (the planner never picks them for
-  // a fused call): compiling the fusions out keeps them free of spills.
-  constexpr bool kFusable = kChunks != kMaxChunks;
-  const bool norm = kFusable && p.rms_weight.data != nullptr;
-  const bool smooth = kFusable && p.smooth.data != nullptr;
+  const bool norm = kFusions && p.rms_weight.data != nullptr;
+  const bool smooth = kFusions && p.smooth.data != nullptr;
   float r = 0.0f;
   if (norm) {
     uint32_t amax = 0;
@@ -325,8 +378,8 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     };
     if (norm) {
-      row.template visit<true>(amax_pass);  // registers keep y for the last pass
-      normalized = kChunks > 0;
+      row.template visit<true>(amax_pass);  // the chunks on chip keep y for the last pass
+      normalized = kChunks != 0;
     } else {
       row.visit(amax_pass);
     }
@@ -388,7 +441,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       for (int i = 0; i < V; ++i) q.v[i] = static_cast<uint8_t>(quantize_int(v[i]));
     }
     store<uint8_t, kQBytes>(q_row + c * kQBytes, q, kQ == DType::s4 ? n / 2 : n, plan.vectorized);
-    if (kFusable && p.normed != nullptr) {
+    if (kFusions && p.normed != nullptr) {
       Pack<T, V> out;
 #pragma unroll
       for (int i = 0; i < V; ++i) out.v[i] = Elem<T>::from_f32(y[i]);
@@ -399,15 +452,34 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // ---- instances and launch ---------------------------------------------------------------------
 
+// Up to 512 threads × 8 chunks × 16 bytes = 64 KiB of slots: past the 48 KiB default.
+template <auto Kernel>
+void launch_with_shared_row(dim3 grid, dim3 block, const ActQuantArgs& args,
+                            const ActQuantPlan& plan, cudaStream_t stream) {
+  allow_dynamic_smem<Kernel>(kMaxThreads * kMaxChunks * 16);
+  Kernel<<<grid, block, plan.shared_bytes(), stream>>>(args, plan);
+}
+
 template <class T, DType kQ, bool kStatic>
 void launch_typed(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.blocks)), block(static_cast<unsigned>(plan.threads()));
+  if (plan.row_in_shared) {
+    if (args.rms_weight.data != nullptr || args.smooth.data != nullptr)
+      launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, kRowInShared, true>>(grid, block, args,
+                                                                                  plan, stream);
+    else
+      launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, kRowInShared, false>>(grid, block, args,
+                                                                                   plan, stream);
+    return;
+  }
+  // The 8-chunk register instances leave no registers for the fusions (the planner never picks
+  // them for a fused call), so they are compiled without them.
   switch (plan.chunks_per_thread) {
-    case 0: act_quant_kernel<T, kQ, kStatic, 0><<<grid, block, 0, stream>>>(args, plan); break;
-    case 1: act_quant_kernel<T, kQ, kStatic, 1><<<grid, block, 0, stream>>>(args, plan); break;
-    case 2: act_quant_kernel<T, kQ, kStatic, 2><<<grid, block, 0, stream>>>(args, plan); break;
-    case 4: act_quant_kernel<T, kQ, kStatic, 4><<<grid, block, 0, stream>>>(args, plan); break;
-    default: act_quant_kernel<T, kQ, kStatic, 8><<<grid, block, 0, stream>>>(args, plan); break;
+    case 0: act_quant_kernel<T, kQ, kStatic, 0, true><<<grid, block, 0, stream>>>(args, plan); break;
+    case 1: act_quant_kernel<T, kQ, kStatic, 1, true><<<grid, block, 0, stream>>>(args, plan); break;
+    case 2: act_quant_kernel<T, kQ, kStatic, 2, true><<<grid, block, 0, stream>>>(args, plan); break;
+    case 4: act_quant_kernel<T, kQ, kStatic, 4, true><<<grid, block, 0, stream>>>(args, plan); break;
+    default: act_quant_kernel<T, kQ, kStatic, 8, false><<<grid, block, 0, stream>>>(args, plan); break;
   }
 }
 
@@ -484,6 +556,7 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;
   } else {
+    plan.row_in_shared = options.row_in_shared;
     // Short rows share blocks, but never so many that fewer than two blocks per SM remain.
     plan.rows_per_block = std::max(1, std::min(options.block_threads, kMaxThreads) /
                                           plan.threads_per_row);
@@ -511,7 +584,8 @@ std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args) {
                   to_string(args.q_dtype) + ", " + std::to_string(plan.threads_per_row) +
                   " threads/row";
   if (plan.chunks_per_thread > 0)
-    s += " x " + std::to_string(plan.chunks_per_thread) + " chunks in registers, " +
+    s += " x " + std::to_string(plan.chunks_per_thread) + " chunks in " +
+         (plan.row_in_shared ? "shared memory, " : "registers, ") +
          std::to_string(plan.rows_per_block) + " rows/block";
   else
     s += ", row streamed from global memory per pass";

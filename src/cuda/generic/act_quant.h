@@ -33,8 +33,10 @@ struct ActQuantArgs {
 struct ActQuantPlan {
   int vec = 0;                ///< elements of x per chunk: 4 (f32) or 8 (f16 / bf16)
   int threads_per_row = 0;    ///< 32 … 512, whole warps
-  int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held in registers; 0: the row does not fit on
+  int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held on chip; 0: the row does not fit on
                               ///< chip and is streamed from global memory once per pass
+  bool row_in_shared = false;  ///< the chunks held on chip are in shared memory, visited by a
+                               ///< rolled loop (smaller code), not in registers
   int rows_per_block = 0;
   bool vectorized = false;    ///< every row and vector start is aligned for 16-byte (x, normed)
                               ///< and chunk-sized (q, rms_weight, smooth) accesses
@@ -43,6 +45,8 @@ struct ActQuantPlan {
   double inv_qmax = 0;        ///< RN64(1 / qmax): the dynamic scale amax / qmax
   int64_t blocks = 0;
   int threads() const { return threads_per_row * rows_per_block; }
+  /// Dynamic shared memory of a launch (row_in_shared: 16 bytes per chunk held).
+  int shared_bytes() const { return row_in_shared ? threads() * chunks_per_thread * 16 : 0; }
 };
 
 /// The arguments of a validated call (static_scale 0: per token).
@@ -54,6 +58,7 @@ ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& 
 struct ActQuantPlanOptions {
   int max_chunks = 8;       ///< chunks a thread holds at most (1, 2, 4 or 8)
   int block_threads = 256;  ///< short rows share blocks of about this many threads
+  bool row_in_shared = false;  ///< hold the chunks in shared memory instead of registers
 };
 
 /// The split for these arguments on a GPU with `sm_count` SMs.
