@@ -1,10 +1,8 @@
 // GPU tests of activation quantization with its fusions (src/cuda/generic/act_quant.cu)
 // against the CPU reference: q, the scales and the normalized rows bit for bit, for every
-// input dtype, scheme and fusion, odd shapes, rows held in registers and rows streamed from
+// input dtype, scheme and fusion, odd shapes, rows held on chip and rows streamed from
 // global memory, strided and unaligned rows, in place; outputs are poisoned first so that
-// every byte must be written. The *RowInSharedMemory tests run the same cases with the chunks
-// held in shared memory (ActQuantPlanOptions::row_in_shared) instead of registers. Each test
-// skips, saying why, without a usable GPU.
+// every byte must be written. Each test skips, saying why, without a usable GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,27 +85,7 @@ Case make_case(DType dtype, int64_t m, int64_t k, Fusion f, int variant, Rng& rn
   return c;
 }
 
-// Set by the *RowInSharedMemory tests: GPU calls then launch the kernel directly with the plan
-// these options give, instead of the library's default plan.
-bool g_row_in_shared = false;
-struct RowInSharedMemory {
-  RowInSharedMemory() { g_row_in_shared = true; }
-  ~RowInSharedMemory() { g_row_in_shared = false; }
-};
-
 void run(const TensorView& x, const QuantizedActivationView& out, const ActQuantFusion& f) {
-#if NIBBLE_WITH_CUDA
-  if (g_row_in_shared && x.device.type == DeviceType::cuda) {
-    const float static_scale = out.scheme == ActScheme::s8_per_tensor ? kStaticScale : 0.0f;
-    const cuda::ActQuantArgs args = cuda::act_quant_args(x, out, f, static_scale);
-    cuda::ActQuantPlanOptions options;
-    options.row_in_shared = true;
-    const cuda::ActQuantPlan plan =
-        cuda::plan_act_quant(args, cuda_device_info(x.device.index).sm_count, options);
-    cuda::launch_act_quant(args, plan, nullptr);
-    return;
-  }
-#endif
   if (out.scheme == ActScheme::s8_per_tensor)
     quantize_activation_static(x, kStaticScale, out, f);
   else
@@ -161,13 +139,7 @@ TEST(CudaActQuant, EveryVariantIsBitExactOnOddShapes) {
   check_every_variant_on_odd_shapes();
 }
 
-TEST(CudaActQuant, EveryVariantIsBitExactOnOddShapesRowInSharedMemory) {
-  NIBBLE_REQUIRE_GPU();
-  const RowInSharedMemory shared;
-  check_every_variant_on_odd_shapes();
-}
-
-// Rows too long for registers are streamed from global memory once per pass: K = 65536 for
+// Rows too long to hold on chip are streamed from global memory once per pass: K = 65536 for
 // every dtype (and the first K past the on-chip limit), every scheme, with and without fusion.
 TEST(CudaActQuant, LongRowsStreamedFromGlobalMemoryAreBitExact) {
   NIBBLE_REQUIRE_GPU();
@@ -179,7 +151,7 @@ TEST(CudaActQuant, LongRowsStreamedFromGlobalMemoryAreBitExact) {
     a.k = 65536;
     a.x.dtype = dtype;
     EXPECT_EQ(cuda::plan_act_quant(a, 132).chunks_per_thread, 0) << to_string(dtype);
-    a.k = dtype == DType::f32 ? 16384 : 32768;  // the largest rows held in registers
+    a.k = dtype == DType::f32 ? 16384 : 32768;  // the largest rows held on chip
     EXPECT_GT(cuda::plan_act_quant(a, 132).chunks_per_thread, 0) << to_string(dtype);
   }
 #endif
@@ -270,12 +242,6 @@ TEST(CudaActQuant, StridedAndUnalignedRowsAreBitExactAndGapsStayUntouched) {
   check_strided_and_unaligned_rows();
 }
 
-TEST(CudaActQuant, StridedAndUnalignedRowsAreBitExactRowInSharedMemory) {
-  NIBBLE_REQUIRE_GPU();
-  const RowInSharedMemory shared;
-  check_strided_and_unaligned_rows();
-}
-
 // normed may be x itself: the row is read before it is overwritten (on chip and streamed).
 void check_normed_in_place() {
   Rng rng;
@@ -299,12 +265,6 @@ void check_normed_in_place() {
 
 TEST(CudaActQuant, NormedInPlaceOverwritesXWithY) {
   NIBBLE_REQUIRE_GPU();
-  check_normed_in_place();
-}
-
-TEST(CudaActQuant, NormedInPlaceOverwritesXWithYRowInSharedMemory) {
-  NIBBLE_REQUIRE_GPU();
-  const RowInSharedMemory shared;
   check_normed_in_place();
 }
 

@@ -16,23 +16,22 @@
 // products are explicitly rounded (__fmul_rn, __dmul_rn: never contracted into an FMA), and
 // divisions and the square root are correctly rounded sequences of multiplications and FMAs
 // (common/rounded_math.h) instead of __fdiv_rn / __fsqrt_rn, whose slow-path subroutine calls
-// make ptxas spill registers around them in a kernel that holds a row in registers. So q, the
-// scales and y are bit-identical to the CPU. The sum of squares is an integer sum.
+// cost registers and code. So q, the scales and y are bit-identical to the CPU. The sum of
+// squares is an integer sum.
 //
 // Operands: any row stride, K contiguous; s4 output packs element 2i in the low nibble.
 // Work split (ASCII below; docs/kernels.md "act_quant"): a row is cut into 16-byte chunks of
 // x; threads_per_row threads (whole warps) own chunks lane, lane + threads_per_row, ... and
-// hold up to 8 of them in registers, so x is read from global memory once: the loads are all
-// issued first, then the row's reductions (max |x|, Σ x², max |v| — warp shuffles, then one
-// shared-memory step across the row's warps) and the quantized stores read the registers.
-// Short rows share a block (up to 256 threads of rows), long rows get up to 512 threads. A
-// thread holds at most 8 chunks (4 when a fusion is on: its arithmetic needs the registers).
-// With plan.row_in_shared the same chunks sit in per-thread 16-byte slots of shared memory
-// (cp.async, no barrier: a thread reads back only its own slots) and each pass is a rolled
-// loop: the register instances unroll every pass over their chunks, which makes the fused
-// 4-chunk one 180 KB of SASS, executed once per row and bound by instruction fetch (ncu on the
-// H100, M = 1, K = 4096: 77% of the stall cycles "no instruction", 18 µs a row); the
-// shared-memory instances are 12 KB unfused and 58 KB fused, at 32 and 64 registers.
+// copy up to 8 of them (4 when a fusion is on) into their own 16-byte slots of shared memory
+// (cp.async, no barrier: a thread reads back only its own slots), so x is read from global
+// memory once: the loads are all issued first, then the row's reductions (max |x|, Σ x²,
+// max |v| — warp shuffles, then one shared-memory step across the row's warps) and the
+// quantized stores read the slots. Short rows share a block (up to 256 threads of rows), long
+// rows get up to 512 threads. Why shared memory and not registers: register-held chunks need
+// every pass unrolled over them, which made the fused kernel 180 KB of SASS executed once per
+// row and bound by instruction fetch (ncu on the H100, M = 1, K = 4096: 77% of the stall
+// cycles "no instruction"); the rolled shared-memory loops are 12 KB unfused and 58 KB fused,
+// and measured 1.05–2.6× faster in every cell of `nibble bench act-quant` (H100, 2026-11-23).
 // Longer rows (K > 32768 plain 16-bit, > 16384 plain f32 or fused 16-bit, > 8192 fused f32)
 // stream x from global memory once per pass instead (up to four; the row is then usually in L2).
 //
@@ -48,8 +47,9 @@
 // 2. rms_weight and smooth are re-read for every row (from L1/L2, not HBM).
 // 3. Non-finite x, a zero smooth[k] or a y that overflows T are not reported: such a row gets
 // a non-finite scale (NaN propagates through the max) — the CPU rejects them instead.
-// 4. A fused row holds at most 4 chunks a thread, so a fused 14336-wide bf16 row fills a
-// 512-thread block alone (one row per SM) and rows past 16384 stream from global memory.
+// 4. A fused row holds at most 4 chunks a thread (the measured plan; 8 is untried since the
+// rows moved to shared memory), so a fused 14336-wide bf16 row fills a 512-thread block alone
+// (one row per SM) and rows past 16384 stream from global memory.
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='CudaActQuant*:CudaQuantize*'
 #include <cuda_runtime.h>
 
@@ -71,11 +71,8 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
-constexpr int kMaxChunks = 8;     // 32 registers of x per thread (unfused calls)
+constexpr int kMaxChunks = 8;     // 64 KiB of slots for 512 threads
 constexpr int kMaxFusedChunks = 4;
-// The kChunks of the instance that keeps each thread's chunks in shared memory instead of
-// registers (ActQuantPlan::row_in_shared).
-constexpr int kRowInShared = -1;
 
 // ---- element types --------------------------------------------------------------------------
 
@@ -193,21 +190,17 @@ __device__ __forceinline__ U row_reduce(U v, Op op, U* red, int threads_per_row)
 
 // ---- the kernel -------------------------------------------------------------------------------
 
-// This thread's chunks of one row: in registers (kChunks > 0, the loops over them unrolled),
-// in shared memory (kChunks == kRowInShared: the same chunks in per-thread slots, visited by a
-// rolled loop, so the code is one chunk's worth instead of kChunks), or re-read from global
-// memory on every visit (kChunks == 0, rows too long to keep on chip).
-template <class T, int kChunks>
+// This thread's chunks of one row: held in shared memory (kHeld: per-thread 16-byte slots,
+// visited by rolled loops, so the code is one chunk's worth whatever the chunk count), or
+// re-read from global memory on every visit (rows too long to keep on chip).
+template <class T, bool kHeld>
 struct RowChunks {
   static constexpr int V = 16 / sizeof(T);
-  static constexpr bool kShared = kChunks == kRowInShared;
-  static constexpr int kRegs = kChunks > 0 ? kChunks : 1;
   const T* row;
   int64_t k, chunks;
   int lane, stride;  // first chunk and chunk step of this thread
   bool live, vectorized;
-  Pack<T, V> raw[kRegs];
-  Pack<T, V>* held;  // kShared: this thread's slot for its chunk j is held[j * slot_step]
+  Pack<T, V>* held;  // kHeld: this thread's slot for its chunk j is held[j * slot_step]
   int slot_step;
 
   __device__ int valid(int64_t c) const {
@@ -217,13 +210,7 @@ struct RowChunks {
 
   // Issues every load of this thread's chunks before waiting for any.
   __device__ void load() {
-    if constexpr (kChunks > 0) {
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-        const int64_t c = lane + int64_t{j} * stride;
-        if (live && c < chunks) raw[j] = load_x<T, V>(row + c * V, valid(c), vectorized);
-      }
-    } else if constexpr (kShared) {
+    if constexpr (kHeld) {
       if (live) {
 #pragma unroll 1
         for (int j = 0;; ++j) {
@@ -249,20 +236,7 @@ struct RowChunks {
   __device__ void visit(F&& f) {
     if (!live) return;
     float x[V];
-    if constexpr (kChunks > 0) {
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j) {
-        const int64_t c = lane + int64_t{j} * stride;
-        if (c >= chunks) break;
-#pragma unroll
-        for (int i = 0; i < V; ++i) x[i] = Elem<T>::to_f32(raw[j].v[i]);
-        f(c, x, valid(c));
-        if constexpr (kKeep) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) raw[j].v[i] = Elem<T>::from_f32(x[i]);
-        }
-      }
-    } else if constexpr (kShared) {
+    if constexpr (kHeld) {
 #pragma unroll 1
       for (int j = 0;; ++j) {
         const int64_t c = lane + int64_t{j} * stride;
@@ -290,9 +264,9 @@ struct RowChunks {
 };
 
 // kStatic: per-tensor int8 with p.static_scale (kQ = s8); otherwise a dynamic scale per row.
-// kFusions: the RMSNorm and smooth code is compiled in (the instances for unfused calls leave
-// it out: it is most of the kernel's code, and of the registers of the 8-chunk instances).
-template <class T, DType kQ, bool kStatic, int kChunks, bool kFusions>
+// kHeld: the row is held in shared memory (RowChunks). kFusions: the RMSNorm and smooth code is
+// compiled in (the instances for unfused calls leave it out: it is most of the kernel's code).
+template <class T, DType kQ, bool kStatic, bool kHeld, bool kFusions>
 __global__ void __launch_bounds__(kMaxThreads)
     act_quant_kernel(const ActQuantArgs p, const ActQuantPlan plan) {
   constexpr int V = 16 / sizeof(T);
@@ -301,7 +275,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   const int tpr = plan.threads_per_row;
   const int64_t m = int64_t{blockIdx.x} * plan.rows_per_block + threadIdx.x / tpr;
-  RowChunks<T, kChunks> row;
+  RowChunks<T, kHeld> row;
   row.live = m < p.m;
   row.k = p.k;
   row.chunks = (p.k + V - 1) / V;
@@ -309,7 +283,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   row.stride = tpr;
   row.vectorized = plan.vectorized;
   row.row = static_cast<const T*>(p.x.data) + (row.live ? m : 0) * p.x.row_stride;
-  if constexpr (RowChunks<T, kChunks>::kShared) {
+  if constexpr (kHeld) {
     extern __shared__ uint4 row_slots[];  // threads × chunks_per_thread slots of 16 bytes
     row.held = reinterpret_cast<Pack<T, V>*>(row_slots) + threadIdx.x;
     row.slot_step = static_cast<int>(blockDim.x);
@@ -350,7 +324,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 
   // y (normalized, in T's precision) and v (the value quantized) of one chunk; x is y already
-  // when `normalized` (the registers hold y after the dynamic scale's pass).
+  // when `normalized` (the slots hold y after the dynamic scale's pass).
   const auto fuse = [&](int64_t c, const float(&x)[V], int n, bool normalized, float(&y)[V],
                         float(&v)[V]) {
     float w[V], sm[V];
@@ -365,7 +339,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   };
 
   float scale = p.static_scale;
-  bool normalized = false;  // whether the registers hold y instead of x
+  bool normalized = false;  // whether the slots hold y instead of x
   if constexpr (!kStatic) {
     uint32_t amax = 0;
     const auto amax_pass = [&](int64_t c, float(&x)[V], int n) {
@@ -379,7 +353,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     };
     if (norm) {
       row.template visit<true>(amax_pass);  // the chunks on chip keep y for the last pass
-      normalized = kChunks != 0;
+      normalized = kHeld;
     } else {
       row.visit(amax_pass);
     }
@@ -463,24 +437,15 @@ void launch_with_shared_row(dim3 grid, dim3 block, const ActQuantArgs& args,
 template <class T, DType kQ, bool kStatic>
 void launch_typed(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.blocks)), block(static_cast<unsigned>(plan.threads()));
-  if (plan.row_in_shared) {
-    if (args.rms_weight.data != nullptr || args.smooth.data != nullptr)
-      launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, kRowInShared, true>>(grid, block, args,
-                                                                                  plan, stream);
-    else
-      launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, kRowInShared, false>>(grid, block, args,
-                                                                                   plan, stream);
-    return;
-  }
-  // The 8-chunk register instances leave no registers for the fusions (the planner never picks
-  // them for a fused call), so they are compiled without them.
-  switch (plan.chunks_per_thread) {
-    case 0: act_quant_kernel<T, kQ, kStatic, 0, true><<<grid, block, 0, stream>>>(args, plan); break;
-    case 1: act_quant_kernel<T, kQ, kStatic, 1, true><<<grid, block, 0, stream>>>(args, plan); break;
-    case 2: act_quant_kernel<T, kQ, kStatic, 2, true><<<grid, block, 0, stream>>>(args, plan); break;
-    case 4: act_quant_kernel<T, kQ, kStatic, 4, true><<<grid, block, 0, stream>>>(args, plan); break;
-    default: act_quant_kernel<T, kQ, kStatic, 8, false><<<grid, block, 0, stream>>>(args, plan); break;
-  }
+  const bool fused = args.rms_weight.data != nullptr || args.smooth.data != nullptr;
+  if (plan.chunks_per_thread == 0)
+    act_quant_kernel<T, kQ, kStatic, false, true><<<grid, block, 0, stream>>>(args, plan);
+  else if (fused)
+    launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, true, true>>(grid, block, args, plan,
+                                                                         stream);
+  else
+    launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, true, false>>(grid, block, args, plan,
+                                                                          stream);
 }
 
 template <class T>
@@ -540,8 +505,7 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
   plan.inv_k = 1.0 / static_cast<double>(a.k);
   plan.inv_qmax = 1.0 / static_cast<double>(a.qmax);
   const int64_t chunks = (a.k + plan.vec - 1) / plan.vec;
-  // Fused calls hold at most 4 chunks a thread (the 8-chunk instances have no registers left
-  // for the fusions' arithmetic and are compiled without them).
+  // Fused calls hold at most 4 chunks a thread: the plan measured (kernel file, limitation 4).
   const bool fused = a.rms_weight.data != nullptr || a.smooth.data != nullptr;
   const int64_t max_chunks =
       std::clamp(options.max_chunks, 1, fused ? kMaxFusedChunks : kMaxChunks);
@@ -556,7 +520,6 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;
   } else {
-    plan.row_in_shared = options.row_in_shared;
     // Short rows share blocks, but never so many that fewer than two blocks per SM remain.
     plan.rows_per_block = std::max(1, std::min(options.block_threads, kMaxThreads) /
                                           plan.threads_per_row);
@@ -584,8 +547,7 @@ std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args) {
                   to_string(args.q_dtype) + ", " + std::to_string(plan.threads_per_row) +
                   " threads/row";
   if (plan.chunks_per_thread > 0)
-    s += " x " + std::to_string(plan.chunks_per_thread) + " chunks in " +
-         (plan.row_in_shared ? "shared memory, " : "registers, ") +
+    s += " x " + std::to_string(plan.chunks_per_thread) + " chunks in shared memory, " +
          std::to_string(plan.rows_per_block) + " rows/block";
   else
     s += ", row streamed from global memory per pass";

@@ -33,10 +33,8 @@ struct ActQuantArgs {
 struct ActQuantPlan {
   int vec = 0;                ///< elements of x per chunk: 4 (f32) or 8 (f16 / bf16)
   int threads_per_row = 0;    ///< 32 … 512, whole warps
-  int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held on chip; 0: the row does not fit on
-                              ///< chip and is streamed from global memory once per pass
-  bool row_in_shared = false;  ///< the chunks held on chip are in shared memory, visited by a
-                               ///< rolled loop (smaller code), not in registers
+  int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held in shared memory; 0: the row does not
+                              ///< fit on chip and is streamed from global memory once per pass
   int rows_per_block = 0;
   bool vectorized = false;    ///< every row and vector start is aligned for 16-byte (x, normed)
                               ///< and chunk-sized (q, rms_weight, smooth) accesses
@@ -45,8 +43,8 @@ struct ActQuantPlan {
   double inv_qmax = 0;        ///< RN64(1 / qmax): the dynamic scale amax / qmax
   int64_t blocks = 0;
   int threads() const { return threads_per_row * rows_per_block; }
-  /// Dynamic shared memory of a launch (row_in_shared: 16 bytes per chunk held).
-  int shared_bytes() const { return row_in_shared ? threads() * chunks_per_thread * 16 : 0; }
+  /// Dynamic shared memory of a launch: 16 bytes per chunk held.
+  int shared_bytes() const { return threads() * chunks_per_thread * 16; }
 };
 
 /// The arguments of a validated call (static_scale 0: per token).
@@ -58,13 +56,13 @@ ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& 
 struct ActQuantPlanOptions {
   int max_chunks = 8;       ///< chunks a thread holds at most (1, 2, 4 or 8)
   int block_threads = 256;  ///< short rows share blocks of about this many threads
-  bool row_in_shared = false;  ///< hold the chunks in shared memory instead of registers
 };
 
 /// The split for these arguments on a GPU with `sm_count` SMs.
 ActQuantPlan plan_act_quant(const ActQuantArgs& args, int sm_count,
                             const ActQuantPlanOptions& options = {});
-/// E.g. "act_quant bf16->s8, 64 threads/row x 8 chunks in registers, 4 rows/block, 16-byte".
+/// E.g. "act_quant bf16->s8, 64 threads/row x 8 chunks in shared memory, 4 rows/block,
+/// 16-byte accesses".
 std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args);
 
 void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream stream);
