@@ -22,6 +22,7 @@
 #include "bench/act_quant_bench.h"
 #include "bench/bench_util.h"
 #include "cuda/generic/act_quant.h"
+#include "cuda/launch/pdl_launch.h"
 #include "nibble/nibble.h"
 
 namespace nibble::bench {
@@ -199,7 +200,7 @@ int run_act_quant_bench(const ActQuantBenchOptions& opt) {
                 quantize_activation(x_view(c), out_view(c), fusion(c), stream);
               else
                 cuda::launch_act_quant(cuda::act_quant_args(x_view(c), out_view(c), fusion(c), static_scale),
-                                       plan, stream);
+                                       plan, stream, cuda::overlapping_launch_allowed(dev.cc_major));
             });
           } catch (const Error& e) {
             r.error = e.what();

@@ -15,6 +15,7 @@
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/sm90_weight_only_gemm.h"
+#include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "nibble/device.h"
 
@@ -24,7 +25,9 @@ void quantize_activation(const TensorView& x, const QuantizedActivationView& out
                          const ActQuantFusion& fusion, Stream stream, float static_scale) {
   detail::DeviceGuard guard(x.device.index);
   const ActQuantArgs args = act_quant_args(x, out, fusion, static_scale);
-  launch_act_quant(args, plan_act_quant(args, cuda_device_info(x.device.index).sm_count), stream);
+  const DeviceInfo dev = cuda_device_info(x.device.index);
+  launch_act_quant(args, plan_act_quant(args, dev.sm_count), stream,
+                   overlapping_launch_allowed(dev.cc_major));
 }
 
 void gemm_s32(const TensorView& a, const TensorView& w, const TensorView& d, Stream stream) {

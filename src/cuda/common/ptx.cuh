@@ -135,4 +135,38 @@ __device__ __forceinline__ uint4 lds128(const void* smem) {
   return v;
 }
 
+// ---- programmatic dependent launch (sm_90+; no-ops on older targets) -------------------------
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization (see
+// cuda/launch/pdl_launch.h) may start while the previous kernel in the stream still runs, once
+// that kernel has executed griddep_launch_dependents (or exited). Before its first read of
+// anything an earlier kernel may have written, and before its first global write, it must
+// execute griddep_wait, which returns when the earlier grids have completed and their writes
+// are visible. Without the launch attribute both are no-ops.
+
+/// Lets the next kernel in the stream start its own prologue (it still waits for this grid).
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+/// Waits until every grid this one depends on has completed and its writes are visible.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/// Asks L2 to fetch [gmem, gmem + bytes) (bytes a multiple of 16, gmem 16-byte aligned) without
+/// reading it into the SM: safe before griddep_wait, because L2 is the point of coherence — an
+/// earlier kernel's writes to these lines still land in L2 and later loads see them.
+__device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
+#else
+  (void)gmem;
+  (void)bytes;
+#endif
+}
+
 }  // namespace nibble::cuda::ptx

@@ -65,6 +65,7 @@
 #include "cuda/common/token_quant.cuh"
 #include "cuda/generic/act_quant.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/pdl_launch.h"
 
 namespace nibble::cuda {
 
@@ -288,6 +289,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     row.held = reinterpret_cast<Pack<T, V>*>(row_slots) + threadIdx.x;
     row.slot_step = static_cast<int>(blockDim.x);
   }
+  // Launched to overlap the kernel before it (cuda/launch/pdl_launch.h): the next kernel (the
+  // GEMM this feeds) may start its weight prefetch now; x is read only after the wait.
+  ptx::griddep_launch_dependents();
+  ptx::griddep_wait();
   row.load();  // every load of the row is in flight before the first reduction waits
 
   // RMSNorm's r. Every thread takes part in the reductions, rows of zeros and rows past M too.
@@ -428,33 +433,35 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // Up to 512 threads × 8 chunks × 16 bytes = 64 KiB of slots: past the 48 KiB default.
 template <auto Kernel>
-void launch_with_shared_row(dim3 grid, dim3 block, const ActQuantArgs& args,
-                            const ActQuantPlan& plan, cudaStream_t stream) {
+void launch_kernel(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream,
+                   bool overlap) {
   allow_dynamic_smem<Kernel>(kMaxThreads * kMaxChunks * 16);
-  Kernel<<<grid, block, plan.shared_bytes(), stream>>>(args, plan);
+  launch_overlapping(Kernel, dim3(static_cast<unsigned>(plan.blocks)),
+                     dim3(static_cast<unsigned>(plan.threads())), plan.shared_bytes(), stream,
+                     overlap, args, plan);
 }
 
 template <class T, DType kQ, bool kStatic>
-void launch_typed(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(plan.blocks)), block(static_cast<unsigned>(plan.threads()));
+void launch_typed(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream,
+                  bool overlap) {
   const bool fused = args.rms_weight.data != nullptr || args.smooth.data != nullptr;
   if (plan.chunks_per_thread == 0)
-    act_quant_kernel<T, kQ, kStatic, false, true><<<grid, block, 0, stream>>>(args, plan);
+    launch_kernel<act_quant_kernel<T, kQ, kStatic, false, true>>(args, plan, stream, overlap);
   else if (fused)
-    launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, true, true>>(grid, block, args, plan,
-                                                                         stream);
+    launch_kernel<act_quant_kernel<T, kQ, kStatic, true, true>>(args, plan, stream, overlap);
   else
-    launch_with_shared_row<act_quant_kernel<T, kQ, kStatic, true, false>>(grid, block, args, plan,
-                                                                          stream);
+    launch_kernel<act_quant_kernel<T, kQ, kStatic, true, false>>(args, plan, stream, overlap);
 }
 
 template <class T>
-void launch_for_input(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream) {
-  if (args.static_scale > 0.0f) return launch_typed<T, DType::s8, true>(args, plan, stream);
+void launch_for_input(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream,
+                      bool overlap) {
+  if (args.static_scale > 0.0f)
+    return launch_typed<T, DType::s8, true>(args, plan, stream, overlap);
   switch (args.q_dtype) {
-    case DType::s4: launch_typed<T, DType::s4, false>(args, plan, stream); break;
-    case DType::e4m3: launch_typed<T, DType::e4m3, false>(args, plan, stream); break;
-    default: launch_typed<T, DType::s8, false>(args, plan, stream); break;
+    case DType::s4: launch_typed<T, DType::s4, false>(args, plan, stream, overlap); break;
+    case DType::e4m3: launch_typed<T, DType::e4m3, false>(args, plan, stream, overlap); break;
+    default: launch_typed<T, DType::s8, false>(args, plan, stream, overlap); break;
   }
 }
 
@@ -554,11 +561,12 @@ std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args) {
   return s + (plan.vectorized ? ", 16-byte accesses" : ", element accesses");
 }
 
-void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream stream) {
+void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream stream,
+                      bool overlap) {
   switch (args.x.dtype) {
-    case DType::f32: launch_for_input<float>(args, plan, stream); break;
-    case DType::f16: launch_for_input<__half>(args, plan, stream); break;
-    case DType::bf16: launch_for_input<__nv_bfloat16>(args, plan, stream); break;
+    case DType::f32: launch_for_input<float>(args, plan, stream, overlap); break;
+    case DType::f16: launch_for_input<__half>(args, plan, stream, overlap); break;
+    case DType::bf16: launch_for_input<__nv_bfloat16>(args, plan, stream, overlap); break;
     default:
       detail::fail(ErrorCode::internal, std::string("nibble: act_quant: input dtype ") +
                                             to_string(args.x.dtype));

@@ -65,6 +65,9 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& args, int sm_count,
 /// 16-byte accesses".
 std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args);
 
-void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream stream);
+/// `overlap`: launch so that the kernel may start before the previous one in the stream has
+/// finished (cuda/launch/pdl_launch.h; pass overlapping_launch_allowed(cc_major)).
+void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream stream,
+                      bool overlap = false);
 
 }  // namespace nibble::cuda

@@ -11,6 +11,7 @@
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/launch/sm80_w4a8_instances.cuh"
 #include "nibble/device.h"
@@ -158,6 +159,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks = static_cast<int>(l.k_pad / 128);
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
+  p.overlap_allowed = overlapping_launch_allowed(dev.cc_major);
   p.ldw = l.ldw;
   p.w_scale_dtype = l.w_scale_dtype;
   p.x = l.x;

@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/sm80/sm80_w4a8_gemm.cuh"
 
@@ -103,8 +104,8 @@ template <class Cfg>
 void launch_config(const W4A8GemmParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  NIBBLE_CUDA_CHECK_LAUNCH();
+  launch_overlapping(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                     Cfg::kOverlapLaunch && p.overlap_allowed, p);
 }
 
 template <Tile T, W4A8Epilogue E, int G, W4Decode D, class X = int8_t>

@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/sm80/sm80_weight_only_gemm.cuh"
@@ -76,8 +77,8 @@ void launch_instance(const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
   using Cfg = typename Instance<kTile, T, kBits, DQ, kRows>::Cfg;
   constexpr auto kernel = sm80::sm80_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  NIBBLE_CUDA_CHECK_LAUNCH();
+  launch_overlapping(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                     Cfg::kOverlapLaunch && p.overlap_allowed, p);
 }
 
 // Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
@@ -183,6 +184,7 @@ void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.group_shift = group_shift(l.group);
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
+  p.overlap_allowed = overlapping_launch_allowed(dev.cc_major);
   if (plan.splits > 1) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                            size_t(plan.tiles_m) * plan.tiles_n);

@@ -81,6 +81,7 @@
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
+#include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/common/split_k.cuh"
@@ -105,6 +106,8 @@ struct W4A8GemmParams {
   DType d_dtype = DType::bf16;
   int m = 0, n = 0, k = 0, n_pad = 0, kblocks = 0;
   int splits = 1, kblocks_per_split = 0;
+  bool overlap_allowed = false;   // host side: the GPU and settings allow overlapping launches
+                                  // (cuda/launch/pdl_launch.h); the kernel does not read it
   void* workspace = nullptr;      // splits·M·N 4-byte partials
   int* counters = nullptr;        // one per output tile, zero between calls
   int64_t ldw = 0;                // WBITS 8: bytes between weight rows
@@ -158,6 +161,10 @@ struct W4A8GemmConfig {
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   static constexpr int MT = WM / 16, NT = WN / 8;
   static constexpr int kBK = 128;  // K elements (bytes of A) per stage
+  /// The decode tiles (M ≤ 32) are launched to overlap the previous kernel in the stream
+  /// (programmatic dependent launch on sm_90+, cuda/launch/pdl_launch.h): their grids are one
+  /// wave of short weight streams, whose launch and first HBM round trip are worth hiding.
+  static constexpr bool kOverlapLaunch = BM <= 32;
   static constexpr bool kGrouped = EPI == W4A8Epilogue::group || EPI == W4A8Epilogue::two_level;
   // Rows of group data one 128-wide K block needs (a 256 group spans two blocks).
   static constexpr int kGroupRows =
@@ -326,6 +333,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) facc[mt][nt][e] = 0.0f;
+  }
+
+  // The thin (decode) tiles are launched to overlap the kernel before them: nothing above has
+  // touched global memory; everything below comes after the wait (cuda/common/overlap_prologue.cuh).
+  if constexpr (Cfg::kOverlapLaunch) {
+    if constexpr (Cfg::kRowMajorW) {
+      const int blocks = min(num_kb, kPrefetchWeightBlocks);
+      const int bytes = max(0, min(blocks * 128, k_bytes - kb_begin * 128)) & ~15;
+      overlap_prologue(p.w + int64_t(n0) * p.ldw + kb_begin * 128, p.ldw, min(BN, p.n - n0),
+                       bytes);
+    } else {
+      overlap_prologue_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin, num_kb,
+                               512);
+    }
   }
 
 #pragma unroll

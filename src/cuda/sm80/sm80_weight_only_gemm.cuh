@@ -55,6 +55,7 @@
 #include <type_traits>
 
 #include "cuda/common/element.cuh"
+#include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/common/split_k.cuh"
@@ -77,6 +78,8 @@ struct WeightOnlyGemmParams {
   int m = 0, n = 0, k = 0, n_pad = 0, kblocks = 0;
   int group_shift = 0;            // log2(G) for the group-wise dequantizations
   int splits = 1, kblocks_per_split = 0;
+  bool overlap_allowed = false;   // host side: the GPU and settings allow overlapping launches
+                                  // (cuda/launch/pdl_launch.h); the kernel does not read it
   void* workspace = nullptr;      // splits·M·N f32 partials
   int* counters = nullptr;        // one per output tile, zero between calls
 };
@@ -114,6 +117,9 @@ struct WeightOnlyGemmConfig {
   static constexpr int kBK = 128;                       // K elements per stage
   static constexpr int kBlockBytes = 8 * kBK * kBits / 8;  // one 8×128 weight block
   static constexpr int kLaneBytes = kBlockBytes / 32;   // 16 (4-bit) or 32 (8-bit)
+  /// The decode tiles (M ≤ 32) are launched to overlap the previous kernel in the stream
+  /// (programmatic dependent launch on sm_90+, cuda/launch/pdl_launch.h).
+  static constexpr bool kOverlapLaunch = BM <= 32;
   static constexpr bool kGrouped = DQ != WeightOnlyDequant::per_channel;
   static constexpr bool kHasZeros =
       DQ == WeightOnlyDequant::group_zero || DQ == WeightOnlyDequant::group_fzp;
@@ -297,6 +303,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+
+  // The thin (decode) tiles are launched to overlap the kernel before them: nothing above has
+  // touched global memory; everything below comes after the wait (cuda/common/overlap_prologue.cuh).
+  if constexpr (Cfg::kOverlapLaunch)
+    overlap_prologue_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin, num_kb,
+                             Cfg::kBlockBytes);
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {

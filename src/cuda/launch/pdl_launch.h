@@ -1,0 +1,51 @@
+// Kernel launches that may overlap the previous kernel in the stream (programmatic dependent
+// launch, sm_90+). A decode-sized GEMM is a short weight stream whose first loads wait for the
+// launch and for HBM's latency; launched this way it starts while the kernel before it (the
+// RMSNorm or activation quantization feeding it, or the previous linear) is still running,
+// asks L2 for the first stages of its weights (ptx::prefetch_l2, safe before the dependency is
+// met), and only then waits for that kernel (ptx::griddep_wait). Results do not change: every
+// read of data an earlier kernel may write, and every write, comes after the wait.
+// In CUDA graphs captured from a stream the overlap becomes a programmatic edge.
+// NIBBLE_NO_PDL=1 in the environment launches everything plainly (for measurements).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "common/cuda_runtime_check.h"
+
+namespace nibble::cuda {
+
+/// Whether launches on a GPU of compute capability `cc_major` may overlap (sm_90+, and not
+/// turned off with NIBBLE_NO_PDL=1).
+inline bool overlapping_launch_allowed(int cc_major) {
+  static const bool disabled = [] {
+    const char* v = std::getenv("NIBBLE_NO_PDL");
+    return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
+  }();
+  return cc_major >= 9 && !disabled;
+}
+
+/// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous
+/// kernel in the stream has finished when `overlap` is true. The kernel must call
+/// ptx::griddep_wait before touching data that earlier kernels write (cuda/common/ptx.cuh).
+template <class... Params, class... Args>
+void launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                        cudaStream_t stream, bool overlap, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = overlap ? 1 : 0;
+  NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace nibble::cuda
