@@ -12,11 +12,6 @@
 
 namespace nibble::cuda {
 
-/// Weight blocks (8 channels × 128 of K) per n8 row that the prologue asks L2 for: enough to
-/// cover the pipeline's first stages, few enough that a grid of ~2 CTAs per SM asks for a
-/// fraction of L2 (264 CTAs × 16 rows × 8 × 512 bytes = 17 MB of the H100's 50 MB for int4).
-constexpr int kPrefetchWeightBlocks = 8;
-
 /// Lets the next kernel start, asks L2 for `bytes` (a multiple of 16) at each of `rows` rows
 /// of this CTA's weights (`first`, rows `pitch` bytes apart, 16-byte aligned; thread r asks for
 /// row r, so rows ≤ the block's threads), then waits for the earlier kernels. Every thread of the
@@ -31,13 +26,13 @@ __device__ __forceinline__ void overlap_prologue(const uint8_t* first, int64_t p
 
 /// The same for the blocked layouts (w4_mma_k128, w4_mma16_k128, w8_mma16_k128): n8 row nb's
 /// 8×128 blocks are contiguous, block (nb, kb) at (nb·kblocks + kb)·block_bytes. Asks for the
-/// first kPrefetchWeightBlocks of this CTA's num_kb blocks from kb_begin, in its rows8 n8 rows
+/// first `prefetch_blocks` of this CTA's num_kb blocks from kb_begin, in its rows8 n8 rows
 /// from first_row8, skipping rows at or past rows8_total (the last tile's padding).
 __device__ __forceinline__ void overlap_prologue_blocked(const uint8_t* w, int first_row8, int rows8,
                                                          int rows8_total, int kblocks,
                                                          int kb_begin, int num_kb,
-                                                         int block_bytes) {
-  const int blocks = num_kb < kPrefetchWeightBlocks ? num_kb : kPrefetchWeightBlocks;
+                                                         int block_bytes, int prefetch_blocks) {
+  const int blocks = num_kb < prefetch_blocks ? num_kb : prefetch_blocks;
   const int rows = rows8_total - first_row8 < rows8 ? rows8_total - first_row8 : rows8;
   overlap_prologue(w + (int64_t(first_row8) * kblocks + kb_begin) * block_bytes,
                    int64_t(kblocks) * block_bytes, rows, blocks * block_bytes);

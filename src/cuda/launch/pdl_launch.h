@@ -29,6 +29,16 @@ inline bool overlapping_launch_allowed(int cc_major) {
   return cc_major >= 9 && !disabled;
 }
 
+/// Weight blocks per row that an overlapping decode GEMM asks L2 for before it waits
+/// (NIBBLE_PREFETCH_BLOCKS, default 8; 0: none) — under measurement.
+inline int overlap_prefetch_blocks() {
+  static const int blocks = [] {
+    const char* v = std::getenv("NIBBLE_PREFETCH_BLOCKS");
+    return v != nullptr && v[0] != '\0' ? std::atoi(v) : 8;
+  }();
+  return blocks;
+}
+
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous
 /// kernel in the stream has finished when `overlap` is true. The kernel must call
 /// ptx::griddep_wait before touching data that earlier kernels write (cuda/common/ptx.cuh).

@@ -160,6 +160,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
   p.overlap_allowed = overlapping_launch_allowed(dev.cc_major);
+  p.prefetch_blocks = overlap_prefetch_blocks();
   p.ldw = l.ldw;
   p.w_scale_dtype = l.w_scale_dtype;
   p.x = l.x;

@@ -185,6 +185,7 @@ void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
   p.overlap_allowed = overlapping_launch_allowed(dev.cc_major);
+  p.prefetch_blocks = overlap_prefetch_blocks();
   if (plan.splits > 1) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                            size_t(plan.tiles_m) * plan.tiles_n);

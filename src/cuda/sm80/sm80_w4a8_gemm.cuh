@@ -108,6 +108,8 @@ struct W4A8GemmParams {
   int splits = 1, kblocks_per_split = 0;
   bool overlap_allowed = false;   // host side: the GPU and settings allow overlapping launches
                                   // (cuda/launch/pdl_launch.h); the kernel does not read it
+  int prefetch_blocks = 0;        // overlapping decode tiles: weight blocks per n8 row (or 128-
+                                  // byte K blocks per row) asked of L2 before the wait
   void* workspace = nullptr;      // splits·M·N 4-byte partials
   int* counters = nullptr;        // one per output tile, zero between calls
   int64_t ldw = 0;                // WBITS 8: bytes between weight rows
@@ -339,13 +341,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // touched global memory; everything below comes after the wait (cuda/common/overlap_prologue.cuh).
   if constexpr (Cfg::kOverlapLaunch) {
     if constexpr (Cfg::kRowMajorW) {
-      const int blocks = min(num_kb, kPrefetchWeightBlocks);
+      const int blocks = min(num_kb, p.prefetch_blocks);
       const int bytes = max(0, min(blocks * 128, k_bytes - kb_begin * 128)) & ~15;
       overlap_prologue(p.w + int64_t(n0) * p.ldw + kb_begin * 128, p.ldw, min(BN, p.n - n0),
                        bytes);
     } else {
       overlap_prologue_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin, num_kb,
-                               512);
+                               512, p.prefetch_blocks);
     }
   }
 

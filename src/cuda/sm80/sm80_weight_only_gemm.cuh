@@ -80,6 +80,8 @@ struct WeightOnlyGemmParams {
   int splits = 1, kblocks_per_split = 0;
   bool overlap_allowed = false;   // host side: the GPU and settings allow overlapping launches
                                   // (cuda/launch/pdl_launch.h); the kernel does not read it
+  int prefetch_blocks = 0;        // overlapping decode tiles: weight blocks per n8 row (or 128-
+                                  // byte K blocks per row) asked of L2 before the wait
   void* workspace = nullptr;      // splits·M·N f32 partials
   int* counters = nullptr;        // one per output tile, zero between calls
 };
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // touched global memory; everything below comes after the wait (cuda/common/overlap_prologue.cuh).
   if constexpr (Cfg::kOverlapLaunch)
     overlap_prologue_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin, num_kb,
-                             Cfg::kBlockBytes);
+                             Cfg::kBlockBytes, p.prefetch_blocks);
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {

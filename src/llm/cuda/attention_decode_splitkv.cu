@@ -44,6 +44,7 @@
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "cuda/common/ptx.cuh"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -108,6 +109,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   constexpr int T = Cfg::kLanesPerKey, KPW = Cfg::kKeysPerWarp, S = Cfg::kStates;
   constexpr int U = Cfg::kUnroll, HALF = Cfg::kHalf;
   __shared__ float q_sh[MAXG][HD];
+  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
+  // now and prefetch its weights; it still waits for this kernel to finish before reading.
+  nibble::cuda::ptx::griddep_launch_dependents();
   __shared__ float state_sh[S][MAXG][HD];  // per-state accumulators; later the combine weights
   __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum); later 1 / (total sum)
   __shared__ float reduce_scratch[kThreads / 32];

@@ -22,6 +22,7 @@
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "cuda/common/ptx.cuh"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -38,6 +39,9 @@ __global__ void __launch_bounds__(kThreads)
                             const float* __restrict__ g, double eps, ActOutput out) {
   __shared__ double sum_scratch[kThreads / 32];
   __shared__ float max_scratch[kThreads / 32];
+  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
+  // now and prefetch its weights; it still waits for this kernel to finish before reading.
+  nibble::cuda::ptx::griddep_launch_dependents();
   const int64_t r = blockIdx.x;
   float* xr = x + r * d;
   float v[kPer], gv[kPer];
@@ -76,6 +80,9 @@ __global__ void __launch_bounds__(kThreads)
                        ActOutput out) {
   __shared__ double sum_scratch[kThreads / 32];
   __shared__ float max_scratch[kThreads / 32];
+  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
+  // now and prefetch its weights; it still waits for this kernel to finish before reading.
+  nibble::cuda::ptx::griddep_launch_dependents();
   const int64_t r = blockIdx.x;
   float* xr = x + r * d;
   double ss = 0.0;

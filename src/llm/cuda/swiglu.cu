@@ -19,6 +19,7 @@
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "cuda/common/ptx.cuh"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -38,6 +39,9 @@ __global__ void __launch_bounds__(kThreads)
     swiglu_held_kernel(const float* __restrict__ gu, int64_t f, ActOutput out) {
   __shared__ float max_scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
+  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
+  // now and prefetch its weights; it still waits for this kernel to finish before reading.
+  nibble::cuda::ptx::griddep_launch_dependents();
   const float* row = gu + r * 2 * f;
   float g[kPer], u[kPer];
 #pragma unroll
@@ -56,6 +60,9 @@ __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(const float* gu, int64_t f, ActOutput out) {
   __shared__ float max_scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
+  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
+  // now and prefetch its weights; it still waits for this kernel to finish before reading.
+  nibble::cuda::ptx::griddep_launch_dependents();
   const float* row = gu + r * 2 * f;
   store_act_row<kThreads>(out, r, f, max_scratch, [&](int64_t i) {
     return swiglu_value(row[i], row[f + i]);
