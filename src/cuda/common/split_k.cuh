@@ -6,15 +6,26 @@
 // the tile's counter. The last CTA to arrive sums the slots in split order (so the result does not
 // depend on which CTA finished when), runs the epilogue, and resets the counter to zero for the
 // next launch. Workspaces come from cuda/launch/split_k_workspace.h.
+//
+// On sm_90 a split tile of up to kMaxClusterSplitK splits can instead be one thread-block
+// cluster (the splits along the grid's z, cluster dims (1, 1, splits)): each CTA parks its
+// partial tile in its own shared memory, and after a cluster barrier every CTA finishes a
+// slice of the tile, reading the partials of all splits over distributed shared memory in split
+// order (the same sums as the workspace path, bit for bit). No workspace round trip through L2,
+// no counter, and the finish is spread over the cluster instead of one CTA.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/ptx.cuh"
+
 namespace nibble::cuda {
 
 /// The most splits split_k_sum handles (the launchers' plans never make more).
 constexpr int kMaxSplitK = 16;
+/// The most splits a cluster split tile has (the portable cluster size).
+constexpr int kMaxClusterSplitK = 8;
 
 /// Call with every thread of the CTA after its partial tile is stored. True, in every thread, in
 /// the CTA that arrived last; its loads then see every other CTA's partials.
@@ -64,6 +75,55 @@ __device__ __forceinline__ void split_k_sum(const void* workspace, int* counter,
     }
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+}
+
+/// Cluster split-K (sm_90+; see the top of this file). `tile` is this CTA's partial BM×BN tile,
+/// row-major 4-byte values (int32 or f32) in shared memory at the same offset in every CTA of
+/// the cluster, fully written by this CTA's threads. Every thread of every CTA of the cluster
+/// calls it; finish(row, col, Σ_s tile_s[row − m0, col − n0]) runs once per element of the tile
+/// inside (M, N), summed in split order as `T`. Returns when no CTA reads `tile` any more.
+template <class T, int BM, int BN, int kThreads, class Finish>
+__device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int splits, int M, int N,
+                                                    int m0, int n0, Finish&& finish) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  const int rows = M - m0 < BM ? M - m0 : BM;
+  const int total = rows * BN, chunk = (total + splits - 1) / splits;
+  const int end = min(total, (static_cast<int>(rank) + 1) * chunk);
+  const uint32_t local = ptx::smem_addr(tile);
+  for (int i = static_cast<int>(rank) * chunk + static_cast<int>(threadIdx.x); i < end;
+       i += kThreads) {
+    const int col = n0 + i % BN;
+    if (col >= N) continue;
+    uint32_t part[kMaxClusterSplitK];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplitK; ++s) {
+      if (s < splits) {
+        uint32_t remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                     : "=r"(remote) : "r"(local + 4u * static_cast<uint32_t>(i)), "r"(s));
+        asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(part[s]) : "r"(remote) : "memory");
+      }
+    }
+    T sum = 0;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplitK; ++s) {
+      if (s >= splits) break;
+      if constexpr (std::is_floating_point_v<T>) sum += __uint_as_float(part[s]);
+      else sum += int32_t(part[s]);
+    }
+    finish(m0 + i / BN, col, sum);
+  }
+  // No CTA may leave (and free its shared memory) while another still reads its tile.
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  (void)tile, (void)splits, (void)M, (void)N, (void)m0, (void)n0, (void)finish;
+  __trap();  // the launchers use cluster split-K on sm_90+ only
+#endif
 }
 
 }  // namespace nibble::cuda

@@ -438,7 +438,7 @@ void launch_kernel(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStrea
   allow_dynamic_smem<Kernel>(kMaxThreads * kMaxChunks * 16);
   launch_overlapping(Kernel, dim3(static_cast<unsigned>(plan.blocks)),
                      dim3(static_cast<unsigned>(plan.threads())), plan.shared_bytes(), stream,
-                     overlap, args, plan);
+                     overlap, 1, args, plan);
 }
 
 template <class T, DType kQ, bool kStatic>

@@ -43,19 +43,29 @@ inline int overlap_prefetch_blocks() {
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous
 /// kernel in the stream has finished when `overlap` is true. The kernel must call
 /// ptx::griddep_wait before touching data that earlier kernels write (cuda/common/ptx.cuh).
+/// cluster_z > 1: the grid is cut into thread-block clusters of (1, 1, cluster_z) (sm_90+).
 template <class... Params, class... Args>
 void launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                        cudaStream_t stream, bool overlap, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+                        cudaStream_t stream, bool overlap, unsigned cluster_z, Args&&... args) {
+  cudaLaunchAttribute attributes[2]{};
+  unsigned count = 0;
+  if (overlap) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_z > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = 1;
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count++].val.clusterDim.z = cluster_z;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = overlap ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

@@ -110,7 +110,9 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   int splits = 1;
   if (tiles < sm_count) {
     const int want = (2 * sm_count + tiles - 1) / tiles;
-    splits = std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK);
+    // Thin tiles: at most a cluster's worth, so that on sm_90 the splits reduce in one cluster.
+    const int most = thin(static_cast<Tile>(plan.tile)) ? kMaxClusterSplitK : kMaxSplitK;
+    splits = std::clamp(std::min(want, kblocks / 4), 1, most);
   }
   int per_split = (kblocks + splits - 1) / splits;
   per_split = (per_split + align - 1) / align * align;
@@ -168,7 +170,11 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.w_scale_dtype = l.w_scale_dtype;
   p.x = l.x;
   p.ldx = l.ldx;
-  if (plan.splits > 1) {
+  // sm_90+: the splits of a thin tile are one thread-block cluster and reduce over distributed
+  // shared memory (cuda/common/split_k.cuh) instead of through the workspace.
+  p.cluster_split = dev.cc_major >= 9 && thin(static_cast<Tile>(plan.tile)) && plan.splits > 1 &&
+                    plan.splits <= kMaxClusterSplitK;
+  if (plan.splits > 1 && !p.cluster_split) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                   size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;

@@ -105,7 +105,8 @@ void launch_config(const W4A8GemmParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   launch_overlapping(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
-                     Cfg::kOverlapLaunch && p.overlap_allowed, p);
+                     Cfg::kOverlapLaunch && p.overlap_allowed,
+                     Cfg::kOverlapLaunch && p.cluster_split ? grid.z : 1u, p);
 }
 
 template <Tile T, W4A8Epilogue E, int G, W4Decode D, class X = int8_t>

@@ -78,7 +78,7 @@ void launch_instance(const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm80::sm80_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   launch_overlapping(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
-                     Cfg::kOverlapLaunch && p.overlap_allowed, p);
+                     Cfg::kOverlapLaunch && p.overlap_allowed, 1, p);
 }
 
 // Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).

@@ -110,6 +110,7 @@ struct W4A8GemmParams {
                                   // (cuda/launch/pdl_launch.h); the kernel does not read it
   int prefetch_blocks = 0;        // overlapping decode tiles: weight blocks per n8 row (or 128-
                                   // byte K blocks per row) asked of L2 before the wait
+  bool cluster_split = false;     // the splits of a tile are one cluster (cuda/common/split_k.cuh)
   void* workspace = nullptr;      // splits·M·N 4-byte partials
   int* counters = nullptr;        // one per output tile, zero between calls
   int64_t ldw = 0;                // WBITS 8: bytes between weight rows
@@ -188,6 +189,8 @@ struct W4A8GemmConfig {
   static_assert(!kGrouped || (GROUP == 32 || GROUP == 64 || GROUP == 128 || GROUP == 256),
                 "group size must be 32, 64, 128 or 256");
   static_assert(kStageBytes % 16 == 0, "stage regions must stay 16-byte aligned");
+  static_assert(!kOverlapLaunch || BM * BN * 4 <= kSmemBytes,
+                "a cluster split-K tile reuses the start of the ring");
 };
 
 namespace detail {
@@ -612,6 +615,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
   const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
   if (p.splits > 1) {
+    using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
+    auto finish_split = [&](int row, int col, Sum sum) {
+      if constexpr (EPI == W4A8Epilogue::s32) {
+        // the split sums are multiples of 2^shift: exact
+        static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> kAccShift;
+      } else if constexpr (EPI == W4A8Epilogue::group) {
+        store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
+                    detail::finish<EPI>(p, a_scale(row), col, 0, sum));
+      } else {
+        store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
+                    detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col,
+                                                         sum >> kAccShift, 0.0f));
+      }
+    };
+    auto partial = [&](int mt, int nt, int e) {
+      if constexpr (EPI == W4A8Epilogue::group) return __float_as_uint(facc[mt][nt][e]);
+      else return uint32_t(acc[mt][nt][e]);
+    };
+    if constexpr (Cfg::kOverlapLaunch) {
+      if (p.cluster_split) {  // the splits are one cluster: reduce over distributed smem
+        __syncthreads();  // every warp is done with the ring: the tile reuses its start
+        uint32_t* tile = reinterpret_cast<uint32_t*>(smem);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              tile[(row_base - m0 + mt * 16 + (e >> 1) * 8) * BN + col_base - n0 + nt * 8 +
+                   (e & 1)] = partial(mt, nt, e);
+        split_k_cluster_sum<Sum, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
+                                                        finish_split);
+        return;
+      }
+    }
     auto* slot = static_cast<uint32_t*>(p.workspace) + int64_t(blockIdx.z) * p.m * p.n;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -620,28 +658,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = row_base + mt * 16 + (e >> 1) * 8, col = col_base + nt * 8 + (e & 1);
-          if (row < p.m && col < p.n)
-            slot[int64_t(row) * p.n + col] = EPI == W4A8Epilogue::group
-                                                 ? __float_as_uint(facc[mt][nt][e])
-                                                 : uint32_t(acc[mt][nt][e]);
+          if (row < p.m && col < p.n) slot[int64_t(row) * p.n + col] = partial(mt, nt, e);
         }
     int* counter = &p.counters[tile_m * tiles_n + tile_n];
     if (!split_k_arrive_last(counter, p.splits)) return;
-    using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
-    split_k_sum<Sum, BM, BN, Cfg::kThreads>(
-        p.workspace, counter, p.splits, p.m, p.n, m0, n0, [&](int row, int col, Sum sum) {
-          if constexpr (EPI == W4A8Epilogue::s32) {
-            // the split sums are multiples of 2^shift: exact
-            static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> kAccShift;
-          } else if constexpr (EPI == W4A8Epilogue::group) {
-            store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                        detail::finish<EPI>(p, a_scale(row), col, 0, sum));
-          } else {
-            store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                        detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col,
-                                                      sum >> kAccShift, 0.0f));
-          }
-        });
+    split_k_sum<Sum, BM, BN, Cfg::kThreads>(p.workspace, counter, p.splits, p.m, p.n, m0, n0,
+                                            finish_split);
     return;
   }
 
