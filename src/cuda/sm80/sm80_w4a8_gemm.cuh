@@ -27,7 +27,10 @@
 //   (BN/WARPS_N), i.e. MT m16 tiles × NT n8 tiles of int32 accumulators.
 //   With splits > 1 each CTA writes its partial tile to a workspace slot and the last CTA to
 //   arrive (per-tile counter) sums the slots in split order and runs the epilogue, so results do
-//   not depend on CTA timing (deterministic run to run); it then resets the counter.
+//   not depend on CTA timing (deterministic run to run); it then resets the counter. On sm_90
+//   the thin int4-weight tiles (p.cluster_split) instead launch each tile's splits as one
+//   thread-block cluster and reduce the partials over distributed shared memory, in the same
+//   order (cuda/common/split_k.cuh).
 //
 //   A in shared memory: rows of 128 bytes = 8 chunks of 16; chunk c of row r is stored at chunk
 //   c ^ (r % 8). ldmatrix reads one chunk column of 8 consecutive rows; without the XOR all 8
