@@ -58,7 +58,6 @@
 #include <string>
 
 #include "common/check.h"
-#include "common/cuda_runtime_check.h"
 #include "common/rounded_math.h"
 #include "cuda/common/element.cuh"
 #include "cuda/common/ptx.cuh"
@@ -571,7 +570,6 @@ void launch_act_quant(const ActQuantArgs& args, const ActQuantPlan& plan, Stream
       detail::fail(ErrorCode::internal, std::string("nibble: act_quant: input dtype ") +
                                             to_string(args.x.dtype));
   }
-  NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace nibble::cuda

@@ -29,6 +29,14 @@ inline bool overlapping_launch_allowed(int cc_major) {
   return cc_major >= 9 && !disabled;
 }
 
+/// Whether a decode-tile GEMM plan of `splits` K splits launches to overlap the kernel before
+/// it: only split-K plans (the output tiles alone leave SMs idle). Measured on the H100,
+/// 2026-11-23, it took 0.4-1.3 us off those at M = 1 (4096x4096, 6144x4096, 4096x14336) but
+/// slowed the one-wave 28672x4096 from 24.4 to 27.8 us (docs/kernels.md, overlapping launches).
+inline bool overlap_split_k_launch(int cc_major, int splits) {
+  return overlapping_launch_allowed(cc_major) && splits > 1;
+}
+
 /// Weight blocks per row that an overlapping decode GEMM asks L2 for before it waits
 /// (NIBBLE_PREFETCH_BLOCKS, default 2; 0: none). Measured on the H100 at M = 1 with 0, 2 and 8:
 /// 2 was fastest on every split-K layer (8 was slower than none).

@@ -171,10 +171,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks = static_cast<int>(l.k_pad / 128);
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
-  // Overlap only split-K plans (the output tiles alone leave SMs idle): measured on the H100,
-  // 2026-11-23, it took 0.4-1.3 us off those at M = 1 (4096x4096, 6144x4096, 4096x14336) but
-  // slowed the one-wave 28672x4096 from 24.4 to 27.8 us (docs/kernels.md, overlapping launches).
-  p.overlap_allowed = overlapping_launch_allowed(dev.cc_major) && plan.splits > 1;
+  p.overlap_allowed = overlap_split_k_launch(dev.cc_major, plan.splits);
   p.prefetch_blocks = overlap_prefetch_blocks();
   p.ldw = l.ldw;
   p.w_scale_dtype = l.w_scale_dtype;
