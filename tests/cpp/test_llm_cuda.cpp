@@ -772,7 +772,7 @@ TEST(LlmCudaBackend, RandomWeightsMadeOnTheDeviceRun) {
 
 TEST(LlmCudaBackend, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
   NIBBLE_REQUIRE_GPU();
-  const std::string dir = testing::TempDir() + "nibble_cuda_ckpt_test";
+  const std::string dir = test::unique_temp_path("nibble_cuda_ckpt_test");
   for (const char* fmt : {"w4a8_g128", "w4a16_g128_asym"}) {
     SCOPED_TRACE(fmt);
     ModelFiles m = random_model(tied_config(), 11);

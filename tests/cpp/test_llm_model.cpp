@@ -390,7 +390,7 @@ TEST(LlmRunner, PerplexityIsTheMeanNegativeLogLikelihood) {
 }
 
 TEST(LlmCheckpoint, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
-  const std::string dir = testing::TempDir() + "nibble_ckpt_test";
+  const std::string dir = test::unique_temp_path("nibble_ckpt_test");
   for (const char* fmt : {"w4a8_g128", "w8a8", "w4a16_g128_asym", "w4a8_g128_2level"}) {
     ModelFiles m = random_model(tiny_config(), 7);
     m.tokenizer = Tokenizer::from_hf_json(

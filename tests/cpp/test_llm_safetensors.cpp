@@ -12,6 +12,7 @@
 #include "llm/safetensors.h"
 #include "nibble/numeric.h"
 #include "nibble/status.h"
+#include "test_llm_util.h"
 
 namespace nibble::llm {
 namespace {
@@ -26,7 +27,7 @@ std::vector<uint8_t> sample_file() {
   const float f32[6] = {1, -2, 3.5f, 0, 1e-3f, -7};
   const uint16_t f16[2] = {f32_to_f16_bits(0.5f), f32_to_f16_bits(-3)};
   const uint16_t bf16[2] = {f32_to_bf16_bits(2), f32_to_bf16_bits(-0.25f)};
-  const std::string path = testing::TempDir() + "nibble_sample.safetensors";
+  const std::string path = test::unique_temp_path("nibble_sample.safetensors");
   write_safetensors(path,
                     {{"a.f32", "F32", {2, 3}, raw(f32, sizeof f32)},
                      {"b.f16", "F16", {2}, raw(f16, sizeof f16)},
@@ -135,7 +136,7 @@ TEST(LlmSafetensors, MalformedHeadersAreRejectedWithTheirReason) {
 
 TEST(LlmSafetensors, IntegerTensorsAreReadRawNotAsFloats) {
   const int8_t q[4] = {1, -2, 3, -4};
-  const std::string path = testing::TempDir() + "nibble_int.safetensors";
+  const std::string path = test::unique_temp_path("nibble_int.safetensors");
   write_safetensors(path, {{"q", "I8", {4}, raw(q, 4)}}, {});
   const SafetensorsFile f = SafetensorsFile::open(path);
   std::filesystem::remove(path);

@@ -9,7 +9,19 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace nibble::llm::test {
+
+// A temporary path unique to the running test and process: ctest runs each test in its own
+// process, in parallel, so a fixed name would be written and removed by several at once.
+inline std::string unique_temp_path(const std::string& name) {
+  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  std::string test = info ? std::string(info->test_suite_name()) + "." + info->name() : "none";
+  for (char& ch : test)
+    if (ch == '/') ch = '_';
+  return testing::TempDir() + name + "_" + test + "_" + std::to_string(::getpid());
+}
 
 // Writes GGUF bytes the way llama.cpp lays them out (see src/llm/gguf.h).
 class GgufWriter {

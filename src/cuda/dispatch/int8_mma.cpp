@@ -10,19 +10,27 @@ namespace nibble::cuda {
 
 namespace {
 
-// Which family runs a call (measured on the H100, 2026-11-23, forcing each kernel on the six
-// bench shapes with int4 weights). On Hopper, for the formats it implements, the wgmma kernel
-// runs
-//   - every M ≥ 17: at M = 64 it was 1.5–3× faster than sm80_w4a8_gemm on every shape, and sm80
-//     at M = 32 was slower than sm90 at M = 64 on every shape;
-//   - M = 9..16 when its grid fits in one wave: there it won on the five shapes that fit (e.g.
-//     4096×4096 at M = 16: 11.8 vs 15.4 µs) and lost on the one that does not (28672×4096:
-//     31.7 vs 25.2 µs, 224 tiles on 132 SMs).
-// Smaller M (a pure weight stream, where sm80_w4a8_gemm's thin split-K tiles won on four of six
-// shapes at M = 8 and most at M ≤ 4) and other GPUs run the sm80 family. int8 weights use the
-// same thresholds until they are measured for them.
+// Which family runs a call on Hopper, for the formats the wgmma kernel implements.
+//
+// int4 weights (measured on the H100, 2026-11-24, commit 135b213, each kernel forced on ten
+// shapes from 2048x2048 to 8192x28672, M = 1..32; sm80_w4a8_gemm's thin tiles reduce split-K in
+// a thread-block cluster since 276b250):
+//   - M ≤ 16: sm80_w4a8_gemm won or tied on every shape (4096x4096 at M = 16: 7.4 vs 12.0 us,
+//     10240x8192: 18.3 vs 24.0 us); the weight stream is all there is, and its split-K tiles
+//     start streaming sooner than the wgmma kernel's 64-token tiles.
+//   - M = 17..32 (sm80's 32-token tile, twice the MMA work per weight byte): sm80 won on the
+//     layers of at most 2^25 weights (4096x4096 at M = 32: 9.2 vs 12.4 us; 2048x2048 .. 6144x4096)
+//     and sm90 on the larger ones (4096x14336: 17.7 vs 19.5 us; 13824x5120, 10240x8192,
+//     8192x28672), where the stream runs long enough for wgmma's throughput to matter.
+//   - M ≥ 33: sm90 (at M = 64 it was 1.5–3x faster on every shape, 2026-11-23).
+// int8 weights (W8A8; its thin tiles reduce through a workspace, not a cluster) keep the rule
+// measured on 2026-11-23 for the int4 kernel before the cluster reduction: sm90 at M ≥ 17 and
+// at M = 9..16 when its grid fits in one wave.
+// Other GPUs run the sm80 family.
 constexpr int64_t kSm90MinTokens = 17;
-constexpr int64_t kSm90MinTokensOneWave = 9;
+constexpr int64_t kSm90MinTokensSmallW4 = 33;
+constexpr int64_t kSmallW4Weights = int64_t(1) << 25;
+constexpr int64_t kSm90MinTokensOneWaveW8 = 9;
 
 }  // namespace
 
@@ -35,8 +43,12 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
     if (f == (w8 ? "sm80_w8a8_gemm" : "sm80_w4a8_gemm")) return false;
     if (f == (w8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm")) return true;
   }
+  if (!w8) {
+    const bool small = n_pad * k_pad <= kSmallW4Weights;
+    return m >= (small ? kSm90MinTokensSmallW4 : kSm90MinTokens);
+  }
   if (m >= kSm90MinTokens) return true;
-  if (m < kSm90MinTokensOneWave) return false;
+  if (m < kSm90MinTokensOneWaveW8) return false;
   const int sms = cuda_device_info(device).sm_count;
   const W4A8WgmmaPlan plan = plan_sm90_w4a8(m, n_pad, k_pad, epilogue, sms, weight_bits);
   return int64_t(plan.tiles_m) * plan.tiles_n * plan.splits <= sms;
@@ -64,8 +76,11 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
   const int64_t k_pad = (k + 127) / 128 * 128;
   if (use_sm90_int8_mma(device, m, n_pad, k_pad, epilogue, group, weight_bits))
     return describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count, weight_bits)) +
-           sms + " (Hopper: M >= " + std::to_string(kSm90MinTokens) + ", or M >= " +
-           std::to_string(kSm90MinTokensOneWave) + " when the grid is one wave)";
+           sms + " (Hopper: M >= " + std::to_string(kSm90MinTokens) +
+           (weight_bits == 8 ? ", or M >= " + std::to_string(kSm90MinTokensOneWaveW8) +
+                                   " when the grid is one wave)"
+                             : ", or M >= " + std::to_string(kSm90MinTokensSmallW4) +
+                                   " for layers of at most 2^25 weights)");
   return describe(plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue, group, info.sm_count,
                                  weight_bits)) +
          sms;
