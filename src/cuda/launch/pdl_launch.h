@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/cuda_runtime_check.h"
+#include "nibble/device.h"
 
 namespace nibble::cuda {
 
@@ -27,6 +28,13 @@ inline bool overlapping_launch_allowed(int cc_major) {
     return v != nullptr && std::strcmp(v, "0") != 0 && v[0] != '\0';
   }();
   return cc_major >= 9 && !disabled;
+}
+
+/// overlapping_launch_allowed for the current CUDA device (for launchers that get no device).
+inline bool overlapping_launch_allowed_here() {
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  return overlapping_launch_allowed(cuda_device_info(device).cc_major);
 }
 
 /// Whether a decode-tile GEMM plan of `splits` K splits launches to overlap the kernel before

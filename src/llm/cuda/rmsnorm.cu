@@ -15,6 +15,8 @@
 // once and keeps them in registers, so a row costs one memory round trip, whatever the output
 // form (a decode step is latency-bound: one row, a few microseconds). Wider rows recompute the
 // values from memory for the int8 pass. The double sum's order is the same in both paths.
+// On sm_90+ the kernel is launched to overlap the linear before it (programmatic dependent
+// launch): g loads first, x and delta after ptx::griddep_wait.
 // Limitations: 1. One block per row: at m = 1 the other SMs idle (the op is ~16 KB of traffic).
 // 2. d > 8192 reads the row a second and third time for int8 output (from L1/L2).
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='LlmCudaKernels.AddRmsNorm*'
@@ -23,6 +25,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/launch/pdl_launch.h"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -45,12 +48,19 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = blockIdx.x;
   float* xr = x + r * d;
   float v[kPer], gv[kPer];
-  // Every load first (x, delta, g), then the arithmetic: the loads overlap.
+  // The norm weights are no kernel's output: they load while the kernel before this one (the
+  // linear producing delta) may still run; x and delta only after it has finished.
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
+    gv[j] = i < d ? g[i] : 0.0f;
+  }
+  nibble::cuda::ptx::griddep_wait();
+  // Every load first (x, delta), then the arithmetic: the loads overlap.
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int64_t i = threadIdx.x + int64_t{j} * kThreads;
     v[j] = i < d ? xr[i] : 0.0f;
-    gv[j] = i < d ? g[i] : 0.0f;
   }
   if (delta != nullptr) {
 #pragma unroll
@@ -83,6 +93,7 @@ __global__ void __launch_bounds__(kThreads)
   // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
   // now and prefetch its weights; it still waits for this kernel to finish before reading.
   nibble::cuda::ptx::griddep_launch_dependents();
+  nibble::cuda::ptx::griddep_wait();  // for the kernel before this one (see launch_add_rmsnorm)
   const int64_t r = blockIdx.x;
   float* xr = x + r * d;
   double ss = 0.0;
@@ -115,16 +126,22 @@ void launch_add_rmsnorm(float* x, const float* delta, int64_t m, int64_t d, cons
                         double eps, const ActOutput& out, Stream stream) {
   if (m <= 0 || d <= 0 || out.ld < d || out.data == nullptr)
     nibble::detail::fail(ErrorCode::internal, "launch_add_rmsnorm: bad shape or output");
+  // Launched to overlap the kernel before it (sm_90+, cuda/launch/pdl_launch.h): the kernels
+  // wait for it before touching x or delta.
   const auto grid = static_cast<unsigned>(m);
+  const bool overlap = nibble::cuda::overlapping_launch_allowed_here();
+  auto run = [&](auto kernel) {
+    nibble::cuda::launch_overlapping(kernel, dim3(grid), dim3(kThreads), 0, stream, overlap, 1,
+                                     x, delta, d, g, eps, out);
+  };
   if (d <= 4 * kThreads)
-    add_rmsnorm_held_kernel<4><<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+    run(add_rmsnorm_held_kernel<4>);
   else if (d <= 8 * kThreads)
-    add_rmsnorm_held_kernel<8><<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+    run(add_rmsnorm_held_kernel<8>);
   else if (d <= 16 * kThreads)
-    add_rmsnorm_held_kernel<16><<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
+    run(add_rmsnorm_held_kernel<16>);
   else
-    add_rmsnorm_kernel<<<grid, kThreads, 0, stream>>>(x, delta, d, g, eps, out);
-  NIBBLE_CUDA_CHECK_LAUNCH();
+    run(add_rmsnorm_kernel);
 }
 
 }  // namespace nibble::llm::cuda

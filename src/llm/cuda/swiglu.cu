@@ -12,6 +12,8 @@
 // results in registers, so the int8 output needs no second pass over memory (a decode step's
 // row is latency-bound). Wider rows (Llama-3-70B: 28672; 32 values a thread would spill at 1024
 // threads) recompute each value for the quantize pass.
+// On sm_90+ the kernel is launched to overlap the linear before it (programmatic dependent
+// launch) and waits for it (ptx::griddep_wait) before reading gu.
 // Limitations: 1. One block per row (the decode step's row is 112 KB of f32 input, read from
 // L2); 2. f > 16384 with int8 output recomputes each value once (amax pass, then quantize).
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='LlmCudaKernels.SwiGlu*'
@@ -20,6 +22,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/launch/pdl_launch.h"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -42,6 +45,7 @@ __global__ void __launch_bounds__(kThreads)
   // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
   // now and prefetch its weights; it still waits for this kernel to finish before reading.
   nibble::cuda::ptx::griddep_launch_dependents();
+  nibble::cuda::ptx::griddep_wait();  // for the linear producing gu (see launch_swiglu)
   const float* row = gu + r * 2 * f;
   float g[kPer], u[kPer];
 #pragma unroll
@@ -63,6 +67,7 @@ __global__ void __launch_bounds__(kThreads)
   // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
   // now and prefetch its weights; it still waits for this kernel to finish before reading.
   nibble::cuda::ptx::griddep_launch_dependents();
+  nibble::cuda::ptx::griddep_wait();  // for the linear producing gu (see launch_swiglu)
   const float* row = gu + r * 2 * f;
   store_act_row<kThreads>(out, r, f, max_scratch, [&](int64_t i) {
     return swiglu_value(row[i], row[f + i]);
@@ -74,14 +79,20 @@ __global__ void __launch_bounds__(kThreads)
 void launch_swiglu(const float* gu, int64_t m, int64_t f, const ActOutput& out, Stream stream) {
   if (m <= 0 || f <= 0 || out.ld < f || out.data == nullptr)
     nibble::detail::fail(ErrorCode::internal, "launch_swiglu: bad shape or output");
+  // Launched to overlap the kernel before it (sm_90+, cuda/launch/pdl_launch.h): the kernels
+  // wait for it before reading gu.
   const auto grid = static_cast<unsigned>(m);
+  const bool overlap = nibble::cuda::overlapping_launch_allowed_here();
+  auto run = [&](auto kernel) {
+    nibble::cuda::launch_overlapping(kernel, dim3(grid), dim3(kThreads), 0, stream, overlap, 1,
+                                     gu, f, out);
+  };
   if (f <= 4 * kThreads)
-    swiglu_held_kernel<4><<<grid, kThreads, 0, stream>>>(gu, f, out);
+    run(swiglu_held_kernel<4>);
   else if (f <= 16 * kThreads)
-    swiglu_held_kernel<16><<<grid, kThreads, 0, stream>>>(gu, f, out);
+    run(swiglu_held_kernel<16>);
   else
-    swiglu_kernel<<<grid, kThreads, 0, stream>>>(gu, f, out);
-  NIBBLE_CUDA_CHECK_LAUNCH();
+    run(swiglu_kernel);
 }
 
 }  // namespace nibble::llm::cuda
