@@ -25,7 +25,9 @@
 //   blocks; STAGES-deep cp.async ring (x tile BM×256 bytes, W tile BN×64 or BN×128 bytes, the
 //   block's group scales and zeros). Warps tile the CTA as WARPS_M × WARPS_N: MT m16 × NT n8
 //   f32 accumulator tiles each. Split-K partials are summed in split order by the tile's last
-//   CTA (cuda/common/split_k.cuh): deterministic.
+//   CTA (cuda/common/split_k.cuh): deterministic. On sm_90+ the splits of a decode tile
+//   (p.cluster_split, at most 8) are instead one thread-block cluster and reduce over
+//   distributed shared memory, in the same order (same results, no workspace round trip).
 //
 //   x in shared memory: rows of 256 bytes = 16 chunks of 16; chunk c of row r is stored at
 //   c ^ (r % 8) (the XOR stays inside each 128-byte half). ldmatrix reads one chunk column of 8
@@ -84,6 +86,7 @@ struct WeightOnlyGemmParams {
                                   // byte K blocks per row) asked of L2 before the wait
   void* workspace = nullptr;      // splits·M·N f32 partials
   int* counters = nullptr;        // one per output tile, zero between calls
+  bool cluster_split = false;     // the splits of a tile are one cluster (cuda/common/split_k.cuh)
 };
 
 /// The 16-bit type's magic number: MAGIC | u (u < one ulp-count of the mantissa) is MAGIC + u.
@@ -397,6 +400,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
   const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
   if (p.splits > 1) {
+    auto finish_split = [&](int row, int col, float sum) {
+      store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col, finish(col, sum));
+    };
+    if constexpr (Cfg::kOverlapLaunch) {
+      if (p.cluster_split) {  // the splits are one cluster: reduce over distributed smem
+        static_assert(BM * BN * 4 <= Cfg::kSmemBytes,
+                      "a cluster split-K tile reuses the start of the ring");
+        __syncthreads();  // every warp is done with the ring: the tile reuses its start
+        uint32_t* tile = reinterpret_cast<uint32_t*>(smem);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              tile[(row_base - m0 + mt * 16 + (e >> 1) * 8) * BN + col_base - n0 + nt * 8 +
+                   (e & 1)] = __float_as_uint(acc[mt][nt][e]);
+        split_k_cluster_sum<float, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
+                                                          finish_split);
+        return;
+      }
+    }
     auto* slot = static_cast<float*>(p.workspace) + int64_t(blockIdx.z) * p.m * p.n;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -409,10 +434,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
     int* counter = &p.counters[tile.m * tiles_n + tile.n];
     if (!split_k_arrive_last(counter, p.splits)) return;
-    split_k_sum<float, BM, BN, Cfg::kThreads>(
-        p.workspace, counter, p.splits, p.m, p.n, m0, n0, [&](int row, int col, float sum) {
-          store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col, finish(col, sum));
-        });
+    split_k_sum<float, BM, BN, Cfg::kThreads>(p.workspace, counter, p.splits, p.m, p.n, m0, n0,
+                                              finish_split);
     return;
   }
 #pragma unroll
