@@ -169,4 +169,39 @@ __device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
 #endif
 }
 
+// ---- thread-block clusters (sm_90+) ----------------------------------------------------------
+// Only launches with a cluster dimension (cuda/launch/pdl_launch.h) may call these.
+
+/// Every thread of every CTA of the cluster: arrive (release) and wait (acquire), so shared
+/// memory written before it by any CTA of the cluster is visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+/// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#endif
+  return rank;
+}
+
+/// The 4 bytes at `local` (a shared-memory address of this CTA) in the shared memory of the
+/// cluster's CTA `rank` (distributed shared memory).
+__device__ __forceinline__ uint32_t ld_shared_cluster_u32(uint32_t local, uint32_t rank) {
+  uint32_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
+#else
+  (void)local, (void)rank;
+#endif
+  return v;
+}
+
 }  // namespace nibble::cuda::ptx

@@ -86,28 +86,21 @@ template <class T, int BM, int BN, int kThreads, class Finish>
 __device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int splits, int M, int N,
                                                     int m0, int n0, Finish&& finish) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  ptx::cluster_sync();  // every CTA's partial tile is in its shared memory
+  const int rank = static_cast<int>(ptx::cluster_ctarank());
   const int rows = M - m0 < BM ? M - m0 : BM;
   const int total = rows * BN, chunk = (total + splits - 1) / splits;
-  const int end = min(total, (static_cast<int>(rank) + 1) * chunk);
+  const int end = min(total, (rank + 1) * chunk);
   const uint32_t local = ptx::smem_addr(tile);
-  for (int i = static_cast<int>(rank) * chunk + static_cast<int>(threadIdx.x); i < end;
-       i += kThreads) {
+  for (int i = rank * chunk + static_cast<int>(threadIdx.x); i < end; i += kThreads) {
     const int col = n0 + i % BN;
     if (col >= N) continue;
     uint32_t part[kMaxClusterSplitK];
 #pragma unroll
-    for (int s = 0; s < kMaxClusterSplitK; ++s) {
-      if (s < splits) {
-        uint32_t remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                     : "=r"(remote) : "r"(local + 4u * static_cast<uint32_t>(i)), "r"(s));
-        asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(part[s]) : "r"(remote) : "memory");
-      }
-    }
+    for (int s = 0; s < kMaxClusterSplitK; ++s)
+      if (s < splits)
+        part[s] = ptx::ld_shared_cluster_u32(local + 4u * static_cast<uint32_t>(i),
+                                             static_cast<uint32_t>(s));
     T sum = 0;
 #pragma unroll
     for (int s = 0; s < kMaxClusterSplitK; ++s) {
@@ -118,8 +111,7 @@ __device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int sp
     finish(m0 + i / BN, col, sum);
   }
   // No CTA may leave (and free its shared memory) while another still reads its tile.
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  ptx::cluster_sync();
 #else
   (void)tile, (void)splits, (void)M, (void)N, (void)m0, (void)n0, (void)finish;
   __trap();  // the launchers use cluster split-K on sm_90+ only

@@ -66,13 +66,16 @@
 //   The activations come in as x (M, K) 16-bit floats, pitch `ldx` elements, and are quantized
 //   per token inside the kernel exactly as quantize_activation does (cuda/common/token_quant.cuh:
 //   the same codes and scales, so the result equals quantize + linear bit for bit):
-//   - prologue, while the first weight stages stream in: each warp takes whole rows of the tile
-//     and reduces max |x| over the full K (not only the CTA's split), giving the row's scale;
+//   - prologue, while the first weight stages stream in: the threads reduce each row's max |x|
+//     over the full K, giving the row's scale; when the splits of a tile are one cluster
+//     (sm_90), each CTA reduces its own split's K range and the cluster combines the maxima
+//     over distributed shared memory (one cluster barrier);
 //   - per K block: the stage holds the bf16 x tile (BM × 256 bytes, cp.async like A); after the
 //     stage barrier the threads quantize it into one int8 A tile (swizzled as above) and a
 //     second barrier publishes it to the ldmatrix reads;
 //   - the epilogue takes s_a from shared memory.
-//   Every CTA of a split-K tile re-reads the full rows for the scale: BM·K·2 bytes from L2.
+//   Without a cluster, every CTA of a split-K tile re-reads the full rows for the scale
+//   (BM·K·2 bytes from L2).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
 #pragma once
 
@@ -183,7 +186,9 @@ struct W4A8GemmConfig {
   // (the int8 tile and the rows' scales then live once, after the ring).
   static constexpr int kXStageBytes = kFusedQuant ? 2 * kABytes : kABytes;
   static constexpr int kStageBytes = kXStageBytes + kWBytes + kScaleBytes + kParamBytes;
-  static constexpr int kRowQuantBytes = kFusedQuant ? BM * 16 : 0;  // scale, pow2, s_unit, s_inv
+  // Per row: scale, pow2, s_unit, s_inv (16 bytes), then the CTA's max |x| bits (4 bytes),
+  // which the other CTAs of a cluster split-K tile read.
+  static constexpr int kRowQuantBytes = kFusedQuant ? BM * 20 : 0;
   static constexpr int kSmemBytes =
       STAGES * kStageBytes + (kFusedQuant ? kABytes + kRowQuantBytes : 0);
 
@@ -246,6 +251,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Fused quantization: the int8 A tile and the rows' quantizers, after the ring.
   [[maybe_unused]] uint8_t* const a_fused = smem + STAGES * Cfg::kStageBytes;
   [[maybe_unused]] float* const row_quant = reinterpret_cast<float*>(a_fused + Cfg::kABytes);
+  [[maybe_unused]] uint32_t* const row_amax = reinterpret_cast<uint32_t*>(row_quant + 4 * BM);
   using X = typename Cfg::X;
 
   // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
@@ -364,23 +370,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 
   if constexpr (Cfg::kFusedQuant) {
-    // Row scales over the full K while the first stages stream in. Every thread takes a slice
-    // of every valid row (8 elements per load, 8 loads in flight: a warp walking a whole row
-    // alone was one L2 round trip per 256 elements — measured 2.4× the GEMM at M = 1); the
-    // warps' partial maxima meet in the (not yet used) int8 A tile. Rows past M get scale 0.
+    // Row scales while the first stages stream in. Every thread takes a slice of every valid row
+    // (8 elements per load, up to 8 loads in flight before any is used: one L2 round trip per
+    // 8·8·threads elements); the warps' partial maxima meet in the (not yet used) int8 A tile.
+    // Rows past M get scale 0. A CTA reduces max |x| over all of K, except when the splits of
+    // the tile are one cluster (p.cluster_split): together they cover K, so each reduces its own
+    // split's K range and the cluster combines the maxima over distributed shared memory.
     constexpr int kWarps = Cfg::kThreads / 32;
     uint32_t* partial = reinterpret_cast<uint32_t*>(a_fused);  // [kWarps][BM]
     const int rows = min(BM, p.m - m0);
+    const bool cluster = Cfg::kOverlapLaunch && p.cluster_split;
+    const int k_lo = cluster ? kb_begin * 128 : 0;
+    const int k_hi = cluster ? min(p.k, (kb_begin + num_kb) * 128) : p.k;
     for (int r = 0; r < rows; ++r) {
       const X* row = static_cast<const X*>(p.x) + int64_t(m0 + r) * p.ldx;
       uint32_t amax = 0;
       constexpr int kStride = Cfg::kThreads * 8;
-      int k = tid * 8;
-      for (; k + 7 * kStride < p.k; k += 8 * kStride) {
+      for (int k0 = k_lo + tid * 8; k0 < k_hi; k0 += 8 * kStride) {
         uint4 raw[8];
 #pragma unroll
         for (int u = 0; u < 8; ++u)
-          raw[u] = __ldg(reinterpret_cast<const uint4*>(row + k + u * kStride));
+          raw[u] = k0 + u * kStride < k_hi
+                       ? __ldg(reinterpret_cast<const uint4*>(row + k0 + u * kStride))
+                       : make_uint4(0, 0, 0, 0);  // +0: no effect on the maximum
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
           const X* v = reinterpret_cast<const X*>(&raw[u]);
@@ -388,27 +400,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           for (int e = 0; e < 8; ++e) amax = max(amax, abs_bits(float(v[e])));
         }
       }
-      for (; k < p.k; k += kStride) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k));
-        const X* v = reinterpret_cast<const X*>(&raw);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) amax = max(amax, abs_bits(float(v[e])));
-      }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
       if (lane == 0) partial[warp * BM + r] = amax;
     }
     __syncthreads();
+    auto set_row_quant = [&](int r, uint32_t amax) {
+      const float scale = token_scale(amax, 1.0 / 127.0);
+      const TokenDivider div = TokenDivider::make(scale);
+      row_quant[4 * r] = scale;
+      row_quant[4 * r + 1] = div.pow2;
+      row_quant[4 * r + 2] = div.s_unit;
+      row_quant[4 * r + 3] = div.s_inv;
+    };
     if (tid < BM) {
       uint32_t amax = 0;
       if (tid < rows)
         for (int w = 0; w < kWarps; ++w) amax = max(amax, partial[w * BM + tid]);
-      const float scale = token_scale(amax, 1.0 / 127.0);
-      const TokenDivider div = TokenDivider::make(scale);
-      row_quant[4 * tid] = scale;
-      row_quant[4 * tid + 1] = div.pow2;
-      row_quant[4 * tid + 2] = div.s_unit;
-      row_quant[4 * tid + 3] = div.s_inv;
+      if (cluster) row_amax[tid] = amax;
+      else set_row_quant(tid, amax);
+    }
+    if (cluster) {
+      // row_amax is never overwritten, and no CTA leaves before the cluster barriers of the
+      // split-K reduction, so one barrier suffices here.
+      ptx::cluster_sync();
+      if (tid < BM) {
+        const uint32_t local = ptx::smem_addr(row_amax + tid);
+        uint32_t amax = 0;
+        for (int s = 0; s < p.splits; ++s)
+          amax = max(amax, ptx::ld_shared_cluster_u32(local, static_cast<uint32_t>(s)));
+        set_row_quant(tid, amax);
+      }
     }
     // The main loop's first barrier publishes row_quant (and orders these reads of a_fused
     // before its first quantized tile is written).
