@@ -26,9 +26,6 @@
 //     ─► partial (m, l, acc[hd]) per (head, split) ─► last CTA of the kv head combines the
 //        splits in split order ─► out (int8: the last kv head's CTA quantizes the whole row)
 //
-//   On sm_90+ the kernel is launched to overlap the qkv linear before it (programmatic
-//   dependent launch): each CTA asks L2 for its chunk of the caches, then waits for the linear.
-//
 //   "Last CTA" is decided by an atomic arrival counter per kv head (as the split-K GEMMs do):
 //   partials are written, fenced, then counted; the CTA that sees count = active − 1 reads
 //   them all (L2, __ldcg) in split order, so the result does not depend on CTA timing, and
@@ -48,7 +45,6 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/common/ptx.cuh"
-#include "cuda/launch/pdl_launch.h"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -127,17 +123,6 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   const int n_active = (len + kChunk - 1) / kChunk;
   if (split >= n_active) return;
   const int j0 = split * kChunk, j1 = min(j0 + kChunk, len);
-  // Before waiting for the qkv linear (this kernel is launched to overlap it): ask L2 for this
-  // chunk's cached keys and values. Rows before `pos` were written by earlier steps, and `pos`
-  // itself comes from a copy that precedes the step's first (plainly launched) kernel; L2 is the
-  // point of coherence, so the row this CTA writes below is read correctly either way.
-  if (threadIdx.x == 0) {
-    const int64_t head_off = static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
-    const auto bytes = static_cast<uint32_t>((j1 - j0) * HD * 2);
-    nibble::cuda::ptx::prefetch_l2(p.k_cache + head_off + static_cast<int64_t>(j0) * HD, bytes);
-    nibble::cuda::ptx::prefetch_l2(p.v_cache + head_off + static_cast<int64_t>(j0) * HD, bytes);
-  }
-  nibble::cuda::ptx::griddep_wait();
   const float* q_in = p.qkv + kv_head * G * HD;
   const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
   const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
@@ -338,9 +323,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
 template <int HD, int MAXG>
 void launch(const DecodeParams& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.s.n_kv_heads));
-  // Overlaps the qkv linear before it (sm_90+, cuda/launch/pdl_launch.h; see the kernel).
-  nibble::cuda::launch_overlapping(attention_decode_kernel<HD, MAXG>, grid, dim3(kThreads), 0,
-                                   stream, nibble::cuda::overlapping_launch_allowed_here(), 1, p);
+  // Launched plainly: launched to overlap the qkv linear (each CTA asking L2 for its chunk of
+  // the caches before waiting), the W4A8 decode step at a 2048-token context was 8% slower
+  // (H100, 2026-11-24; cause not measured: at that context its 264 CTAs wait in SM slots that
+  // the linear's CTAs could use).
+  attention_decode_kernel<HD, MAXG><<<grid, kThreads, 0, stream>>>(p);
+  NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
 template <int HD>
