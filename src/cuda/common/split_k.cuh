@@ -77,6 +77,22 @@ __device__ __forceinline__ void split_k_sum(const void* workspace, int* counter,
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
+/// Parks a warp's mma.m16n8 accumulator fragments — MT × NT tiles of 4 values: rows
+/// row0 + 16·mt + 8·(e/2), columns col0 + 8·nt + e%2, relative to the CTA tile — in the
+/// row-major BM×BN tile `tile` (4-byte values; value(mt, nt, e) gives their bits), for
+/// split_k_cluster_sum.
+template <int MT, int NT, int BN, class Value>
+__device__ __forceinline__ void park_mma_fragments(uint32_t* tile, int row0, int col0,
+                                                   Value&& value) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        tile[(row0 + mt * 16 + (e >> 1) * 8) * BN + col0 + nt * 8 + (e & 1)] = value(mt, nt, e);
+}
+
 /// Cluster split-K (sm_90+; see the top of this file). `tile` is this CTA's partial BM×BN tile,
 /// row-major 4-byte values (int32 or f32) in shared memory at the same offset in every CTA of
 /// the cluster, fully written by this CTA's threads. Every thread of every CTA of the cluster

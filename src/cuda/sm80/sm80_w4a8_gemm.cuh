@@ -662,14 +662,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       if (p.cluster_split) {  // the splits are one cluster: reduce over distributed smem
         __syncthreads();  // every warp is done with the ring: the tile reuses its start
         uint32_t* tile = reinterpret_cast<uint32_t*>(smem);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              tile[(row_base - m0 + mt * 16 + (e >> 1) * 8) * BN + col_base - n0 + nt * 8 +
-                   (e & 1)] = partial(mt, nt, e);
+        park_mma_fragments<MT, NT, BN>(tile, row_base - m0, col_base - n0, partial);
         split_k_cluster_sum<Sum, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
                                                         finish_split);
         return;

@@ -409,14 +409,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                       "a cluster split-K tile reuses the start of the ring");
         __syncthreads();  // every warp is done with the ring: the tile reuses its start
         uint32_t* tile = reinterpret_cast<uint32_t*>(smem);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              tile[(row_base - m0 + mt * 16 + (e >> 1) * 8) * BN + col_base - n0 + nt * 8 +
-                   (e & 1)] = __float_as_uint(acc[mt][nt][e]);
+        park_mma_fragments<MT, NT, BN>(tile, row_base - m0, col_base - n0,
+                                       [&](int mt, int nt, int e) {
+                                         return __float_as_uint(acc[mt][nt][e]);
+                                       });
         split_k_cluster_sum<float, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
                                                           finish_split);
         return;
