@@ -191,6 +191,45 @@ TEST(CudaWeightOnly, CapturedGraphReplaysTheSameResult) {
 }
 #endif
 
+#if NIBBLE_WITH_CUDA
+// PyTorch warms a model up on a side stream and captures it on another: the first call on the
+// capturing stream allocates its split-K workspace during the capture (and a larger M grows it
+// there). The graph must capture and replay the eager result.
+TEST(CudaWeightOnly, CapturesOnAStreamItNeverRanOn) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;
+  const int64_t n = 512, k = 8192;  // 4 tiles, long K: 16 splits through the workspace
+  const LinearFormat f = parse_linear_format("w4a16_g128");
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+  const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+  cudaStream_t warm, capture;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t m : {1, 9}) {  // the second grows the capturing stream's workspace
+    SCOPED_TRACE("M=" + std::to_string(m));
+    const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
+    Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    linear(xd.view(), wd.view(), nullptr, eager.view(), warm);
+    ASSERT_EQ(cudaStreamSynchronize(warm), cudaSuccess);
+    replay.fill_bytes(0xFF);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(capture, cudaStreamCaptureModeGlobal), cudaSuccess);
+    linear(xd.view(), wd.view(), nullptr, replay.view(), capture);
+    ASSERT_EQ(cudaStreamEndCapture(capture, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, capture), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(capture), cudaSuccess);
+    EXPECT_TRUE(same_bytes(replay, eager));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(warm);
+  cudaStreamDestroy(capture);
+}
+#endif
+
 TEST(CudaWeightOnly, RejectsF32ActivationsAndMisalignedRowsBeforeLaunch) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;

@@ -168,6 +168,30 @@ def test_llama_stack_every_format(float_model, fmt):
         assert torch.equal(out, model(x))
 
 
+@pytest.mark.parametrize("fmt", ["w4a16_g128", "w8a8", "w4a8_pc"])
+def test_graph_captured_after_a_side_stream_warm_up(gen, fmt):
+    """PyTorch's recipe: warm up on a side stream, then torch.cuda.graph captures on a stream of
+    its own, where nibble has never run. Long K and few channels make the decode kernels split K
+    through the per-stream workspace (allocated during the capture)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8192, 512, bias=False, device=CUDA, dtype=torch.bfloat16)
+    q = nt.QuantizedLinear.from_linear(lin, fmt)
+    x = torch.randn(1, 8192, device=CUDA, dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad():
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                eager = q(x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = q(x)
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
 @pytest.mark.parametrize("fmt", ["w4a8_g128", "w8a8_static", "w4a16_g128_fzp", "w4a4_pc"])
 def test_llama_stack_compile(float_model, fmt):
     """torch.compile(fullgraph=True) with inductor (one format per kernel path: packed W4A8,

@@ -5,51 +5,86 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "common/cuda_runtime_check.h"
 
 namespace nibble::cuda {
 
 namespace {
+
 struct Buffers {
   void* partials = nullptr;
   size_t partial_bytes = 0;
   int* counters = nullptr;
   size_t counter_count = 0;
 };
+
+bool capturing(Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  NIBBLE_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// cudaMalloc, also while `stream` is capturing a CUDA graph: the first call on a stream may come
+// during a capture (PyTorch warms up on a side stream and captures on another), and cudaMalloc is
+// refused there in the default (global) capture mode. It is not a stream operation, so this
+// thread may make it in relaxed mode for the duration of the call.
+void* allocate(size_t bytes, Stream stream) {
+  const bool capture = capturing(stream);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (capture) NIBBLE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (capture) NIBBLE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  NIBBLE_CUDA_CHECK(err);
+  return p;
+}
+
+// A buffer that has been outgrown is never freed: a CUDA graph captured while it was current
+// still reads and writes it at every replay. (Workspaces are small: splits·M·N·4 bytes at
+// decode sizes.)
+std::vector<void*>& retired() {
+  static std::vector<void*> buffers;
+  return buffers;
+}
+
+// One lock for both workspace kinds (they share `retired`).
+std::mutex& workspace_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 }  // namespace
 
 SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_bytes,
                                   size_t counters) {
-  static std::mutex mu;
   static std::map<std::pair<int, Stream>, Buffers> all;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(workspace_mutex());
   Buffers& ws = all[{device, stream}];
   if (ws.partial_bytes < partial_bytes) {
-    if (ws.partials != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ws.partials));
-    ws.partials = nullptr;
-    NIBBLE_CUDA_CHECK(cudaMalloc(&ws.partials, partial_bytes));
+    if (ws.partials != nullptr) retired().push_back(ws.partials);
+    ws.partials = allocate(partial_bytes, stream);
     ws.partial_bytes = partial_bytes;
   }
   if (ws.counter_count < counters) {
-    if (ws.counters != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ws.counters));
-    ws.counters = nullptr;
-    NIBBLE_CUDA_CHECK(cudaMalloc(&ws.counters, counters * sizeof(int)));
-    NIBBLE_CUDA_CHECK(cudaMemset(ws.counters, 0, counters * sizeof(int)));
+    if (ws.counters != nullptr) retired().push_back(ws.counters);
+    ws.counters = static_cast<int*>(allocate(counters * sizeof(int), stream));
+    // Zeroed in stream order (a memset node when captured: the kernels leave the counters at
+    // zero, so repeating it at every replay changes nothing).
+    NIBBLE_CUDA_CHECK(cudaMemsetAsync(ws.counters, 0, counters * sizeof(int), stream));
     ws.counter_count = counters;
   }
   return {ws.partials, ws.counters};
 }
 
 void* activation_workspace(int device, Stream stream, size_t bytes) {
-  static std::mutex mu;
   static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> all;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(workspace_mutex());
   auto& [ptr, size] = all[{device, stream}];
   if (size < bytes) {
-    if (ptr != nullptr) NIBBLE_CUDA_CHECK(cudaFree(ptr));
-    ptr = nullptr;
-    NIBBLE_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    if (ptr != nullptr) retired().push_back(ptr);
+    ptr = allocate(bytes, stream);
     size = bytes;
   }
   return ptr;

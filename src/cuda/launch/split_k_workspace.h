@@ -14,15 +14,15 @@ struct SplitKWorkspace {
 };
 
 /// A grow-only workspace per (device, stream), shared by the kernel families that run on that
-/// stream (their launches are ordered by it). Counters are zeroed once when allocated; the
-/// kernels leave them at zero after every launch. Allocation happens on the first call with a
-/// given size, so capture CUDA graphs after a warm-up call.
+/// stream (their launches are ordered by it). Counters are zeroed in stream order when allocated;
+/// the kernels leave them at zero after every launch. Allocation happens on the first call with
+/// a given size on a stream, also while that stream captures a CUDA graph; outgrown buffers are
+/// kept (a captured graph may still use them).
 SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_bytes,
                                   size_t counters);
 
 /// A second grow-only buffer per (device, stream), for activations quantized on the way into a
-/// kernel that takes int8 (float-in W4A8 calls above the fused-quantization M). The same rules:
-/// allocated on the first call with a given size, so capture CUDA graphs after a warm-up call.
+/// kernel that takes int8 (float-in W4A8 calls above the fused-quantization M). The same rules.
 void* activation_workspace(int device, Stream stream, size_t bytes);
 
 }  // namespace nibble::cuda
