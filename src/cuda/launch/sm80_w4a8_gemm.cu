@@ -79,16 +79,16 @@ TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group, int weight_bit
   return {};
 }
 
-// Whether a plan's split-K tiles reduce in one thread-block cluster on sm_90+: the thin tiles
-// with packed int4 weights, split at most 8 ways. Measured on the H100 (2026-11-24, M = 1): 4096x4096 6.9 us against
-// 7.9 through the workspace, 6144x4096 8.7 against 9.5, 10240x8192 17.1 against 17.9,
-// 4096x14336 15.3 against 14.7 (capped at 8 splits instead of 9); the int8-weight tiles (W8A8)
-// were slower that way (4096x4096 13.0 against 9.7 us), so they keep the workspace.
-// A split count above the cluster limit (8) keeps the workspace: 4096x14336 at M = 1 ran 15.3 us
-// in a cluster of 8 against 14.7 us with 9 splits through the workspace.
-bool cluster_split_k(const W4A8Plan& plan) {
-  return thin(static_cast<Tile>(plan.tile)) && plan.weight_bits == 4 && !plan.a4 &&
-         plan.splits > 1 && plan.splits <= kMaxClusterSplitK;
+// Whether a plan's tiles are cluster split-K candidates on sm_90+: the thin tiles with packed
+// int4 weights, whose splits the planner caps at a cluster's 8. Measured on the H100
+// (2026-11-24): at M = 1, 4096x4096 6.9 us against 7.9 through the workspace, 6144x4096 8.7
+// against 9.5, 10240x8192 17.1 against 17.9, 4096x14336 15.2-15.5 in a cluster of 8 against
+// 14.7-15.5 with 9 splits through the workspace; at M = 16 that layer ran 15.9 us in the cluster
+// against 21.0 through the workspace (the partials are 16 rows), so the cap stays. The
+// int8-weight tiles (W8A8) were slower in a cluster (4096x4096 13.0 against 9.7 us) and keep the
+// workspace.
+bool cluster_candidate(const W4A8Plan& plan) {
+  return thin(static_cast<Tile>(plan.tile)) && plan.weight_bits == 4 && !plan.a4;
 }
 
 }  // namespace
@@ -122,7 +122,8 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   int splits = 1;
   if (tiles < sm_count) {
     const int want = (2 * sm_count + tiles - 1) / tiles;
-    splits = std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK);
+    const int most = cluster_candidate(plan) ? kMaxClusterSplitK : kMaxSplitK;
+    splits = std::clamp(std::min(want, kblocks / 4), 1, most);
   }
   int per_split = (kblocks + splits - 1) / splits;
   per_split = (per_split + align - 1) / align * align;
@@ -179,7 +180,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.ldx = l.ldx;
   // sm_90+: the splits of a thin tile are one thread-block cluster and reduce over distributed
   // shared memory (cuda/common/split_k.cuh) instead of through the workspace.
-  p.cluster_split = dev.cc_major >= 9 && cluster_split_k(plan);
+  p.cluster_split = dev.cc_major >= 9 && cluster_candidate(plan) && plan.splits > 1;
   if (plan.splits > 1 && !p.cluster_split) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                   size_t(plan.tiles_m) * plan.tiles_n);
