@@ -81,32 +81,41 @@ inline double rel_error(const Tensor& got, const Tensor& ref) {
 }
 
 #if NIBBLE_WITH_CUDA
-/// Decode runs linears inside CUDA graphs: nothing in a call may allocate or synchronize once
-/// warmed up. Runs `call(stream, out)` eagerly into `eager` (the warm-up: workspaces), captures
-/// it writing `replay` (poisoned first), replays the graph three times and checks the bytes
-/// equal the eager result. `kernels` receives the captured graph's node count.
+/// Runs `call(eager_stream, out)` eagerly into `eager`, captures `call(capture_stream, out)`
+/// writing `replay` (poisoned first), replays the graph three times on `capture_stream` and
+/// checks the bytes equal the eager result. `kernels` receives the captured graph's node count.
 template <class Call>
-void expect_graph_replay_matches(Call&& call, Tensor& eager, Tensor& replay,
-                                 size_t* kernels = nullptr) {
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  call(stream, eager);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+void expect_captured_replay_matches(Call&& call, Tensor& eager, Tensor& replay,
+                                    cudaStream_t eager_stream, cudaStream_t capture_stream,
+                                    size_t* kernels = nullptr) {
+  call(eager_stream, eager);
+  ASSERT_EQ(cudaStreamSynchronize(eager_stream), cudaSuccess);
   replay.fill_bytes(0xFF);
   cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  call(stream, replay);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  call(capture_stream, replay);
+  ASSERT_EQ(cudaStreamEndCapture(capture_stream, &graph), cudaSuccess);
   if (kernels != nullptr) {
     ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, kernels), cudaSuccess);
   }
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, capture_stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(capture_stream), cudaSuccess);
   EXPECT_TRUE(same_bytes(replay, eager));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+/// Decode runs linears inside CUDA graphs: nothing in a call may allocate or synchronize once
+/// warmed up. Warms `call(stream, out)` up on a new stream (the eager result) and captures it on
+/// the same stream (expect_captured_replay_matches).
+template <class Call>
+void expect_graph_replay_matches(Call&& call, Tensor& eager, Tensor& replay,
+                                 size_t* kernels = nullptr) {
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  expect_captured_replay_matches(call, eager, replay, stream, stream, kernels);
   cudaStreamDestroy(stream);
 }
 #endif

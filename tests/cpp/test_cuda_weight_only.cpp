@@ -210,20 +210,11 @@ TEST(CudaWeightOnly, CapturesOnAStreamItNeverRanOn) {
     const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
     Tensor eager = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
     Tensor replay = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-    linear(xd.view(), wd.view(), nullptr, eager.view(), warm);
-    ASSERT_EQ(cudaStreamSynchronize(warm), cudaSuccess);
-    replay.fill_bytes(0xFF);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(capture, cudaStreamCaptureModeGlobal), cudaSuccess);
-    linear(xd.view(), wd.view(), nullptr, replay.view(), capture);
-    ASSERT_EQ(cudaStreamEndCapture(capture, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, capture), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(capture), cudaSuccess);
-    EXPECT_TRUE(same_bytes(replay, eager));
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    expect_captured_replay_matches(
+        [&](cudaStream_t stream, Tensor& out) {
+          linear(xd.view(), wd.view(), nullptr, out.view(), stream);
+        },
+        eager, replay, warm, capture);
   }
   cudaStreamDestroy(warm);
   cudaStreamDestroy(capture);
