@@ -6,8 +6,8 @@
     nt.save_quantized(model, "model.safetensors")            # logical buffers, bit-exact
 
 Ops (``torch.ops.nibble.*``): quantize_activation, linear, linear_packed, gemm_s32; they run
-on the current CUDA stream and allocate with torch, so CUDA graphs can capture them (after one
-warm-up call on the capture stream: see nibble.torch._ops).
+on the current CUDA stream and allocate with torch, so CUDA graphs can capture them (after the
+usual side-stream warm-up: see nibble.torch._ops).
 """
 
 from . import _ops  # noqa: F401  (registers torch.ops.nibble.*)

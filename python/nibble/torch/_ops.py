@@ -12,9 +12,9 @@ records it. Shapes: x (M, K) with a contiguous last dimension; weights as in
                                  n_pad, k_pad, act_scale) -> y
   torch.ops.nibble.gemm_s32(a, w, a_dtype, w_dtype) -> d
 
-CUDA-graph note: the W4A8 tensor-core kernel keeps a split-K workspace per (device, stream) that
-it allocates on its first call with a given size; run each graph's work once on the capture
-stream before capturing (torch.compile's "reduce-overhead" mode does this warm-up itself).
+CUDA-graph note: the tensor-core kernels keep split-K and activation workspaces per (device,
+stream), allocated on the first call with a given size on that stream — also during a capture,
+so the usual warm-up on a side stream before torch.cuda.graph is enough.
 """
 
 from __future__ import annotations
