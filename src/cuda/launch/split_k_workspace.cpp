@@ -5,7 +5,6 @@
 #include <map>
 #include <mutex>
 #include <utility>
-#include <vector>
 
 #include "common/cuda_runtime_check.h"
 
@@ -41,34 +40,21 @@ void* allocate(size_t bytes, Stream stream) {
   return p;
 }
 
-// A buffer that has been outgrown is never freed: a CUDA graph captured while it was current
-// still reads and writes it at every replay. (Workspaces are small: splits·M·N·4 bytes at
-// decode sizes.)
-std::vector<void*>& retired() {
-  static std::vector<void*> buffers;
-  return buffers;
-}
-
-// One lock for both workspace kinds (they share `retired`).
-std::mutex& workspace_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-
 }  // namespace
 
 SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_bytes,
                                   size_t counters) {
+  static std::mutex mu;
   static std::map<std::pair<int, Stream>, Buffers> all;
-  std::lock_guard<std::mutex> lock(workspace_mutex());
+  std::lock_guard<std::mutex> lock(mu);
   Buffers& ws = all[{device, stream}];
+  // An outgrown buffer is not freed: a CUDA graph captured while it was current still reads and
+  // writes it at every replay. (Workspaces are small: splits·M·N·4 bytes at decode sizes.)
   if (ws.partial_bytes < partial_bytes) {
-    if (ws.partials != nullptr) retired().push_back(ws.partials);
     ws.partials = allocate(partial_bytes, stream);
     ws.partial_bytes = partial_bytes;
   }
   if (ws.counter_count < counters) {
-    if (ws.counters != nullptr) retired().push_back(ws.counters);
     ws.counters = static_cast<int*>(allocate(counters * sizeof(int), stream));
     // Zeroed in stream order (a memset node when captured: the kernels leave the counters at
     // zero, so repeating it at every replay changes nothing).
@@ -79,11 +65,11 @@ SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_byte
 }
 
 void* activation_workspace(int device, Stream stream, size_t bytes) {
+  static std::mutex mu;
   static std::map<std::pair<int, Stream>, std::pair<void*, size_t>> all;
-  std::lock_guard<std::mutex> lock(workspace_mutex());
+  std::lock_guard<std::mutex> lock(mu);
   auto& [ptr, size] = all[{device, stream}];
-  if (size < bytes) {
-    if (ptr != nullptr) retired().push_back(ptr);
+  if (size < bytes) {  // the outgrown buffer is kept, as in split_k_workspace
     ptr = allocate(bytes, stream);
     size = bytes;
   }
