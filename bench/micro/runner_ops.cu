@@ -88,7 +88,7 @@ int run(int argc, char** argv) {  // main's body
   DecodeAttentionWorkspace ws;
   ws.partials = dev<float>(static_cast<size_t>(decode_attention_partial_floats(shape)));
   ws.row_f32 = dev<float>(32 * 128);
-  ws.counters = dev<int>(9);
+  ws.counters = dev<int>(static_cast<size_t>(decode_attention_counter_ints(shape)));
   int* pos = dev<int>(1);
   float* out_f32 = dev<float>(f);
   auto* out_bf16 = dev<uint16_t>(f);

@@ -244,9 +244,18 @@ TEST(LlmCudaKernels, SwiGluMatchesTheCpuFormulaInEveryOutputForm) {
   NIBBLE_REQUIRE_GPU();
   nibble::test::Rng rng;
   for (int64_t m : {1, 3, 17})
-    for (int64_t f : {1, 200, 1536, 14336}) {
+    // 14336 and 28672: Llama-3-8B and 70B (the sm_90 cluster kernel with 8 and 16 values a
+    // thread); 40000: wider than the cluster kernel takes; 9: blocks of the cluster with nothing.
+    for (int64_t f : {1, 9, 200, 1536, 14336, 28672, 40000}) {
       SCOPED_TRACE("m=" + std::to_string(m) + " f=" + std::to_string(f));
-      const auto gu = normals(static_cast<size_t>(m * 2 * f), rng, 2.0);
+      auto gu = normals(static_cast<size_t>(m * 2 * f), rng, 2.0);
+      // An outlier per row at a row-dependent place, so that the row's maximum lies in a
+      // different block of the cluster from row to row.
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t i = (r * 7919 + f / 2) % f;
+        gu[static_cast<size_t>(r * 2 * f + i)] = 40.0f;
+        gu[static_cast<size_t>(r * 2 * f + f + i)] = r % 2 == 0 ? 9.0f : -9.0f;
+      }
       const int64_t ld = f + 3;
       Tensor gd = device_copy(gu, DType::f32);
       Tensor f32_out(DType::f32, {m, ld}, Device::cuda()), b_out(DType::bf16, {m, ld}, Device::cuda());
@@ -436,7 +445,7 @@ TEST(LlmCudaKernels, AttentionDecodeMatchesAFloat64Reference) {
       Tensor kc_d = device_copy(kc, DType::bf16), vc_d = device_copy(vc, DType::bf16);
       Tensor partials(DType::f32, {cuda::decode_attention_partial_floats(s)}, Device::cuda());
       Tensor row_f32(DType::f32, {qd}, Device::cuda());
-      Tensor counters = device_copy(std::vector<int32_t>(static_cast<size_t>(h.n_kv_heads + 1), 0), DType::s32);
+      Tensor counters = device_copy(std::vector<int32_t>(static_cast<size_t>(cuda::decode_attention_counter_ints(s)), 0), DType::s32);
       cuda::DecodeAttentionWorkspace ws;
       ws.partials = static_cast<float*>(partials.data());
       ws.row_f32 = static_cast<float*>(row_f32.data());

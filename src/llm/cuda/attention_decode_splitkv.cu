@@ -23,8 +23,13 @@
 //
 //     lane group (hd/8 lanes) ─► key j: 16-byte K, V slices ─► dot per head (shuffle-reduced)
 //     ─► online softmax (m, l, acc per head) ─► CTA combine in shared memory (fixed order)
-//     ─► partial (m, l, acc[hd]) per (head, split) ─► last CTA of the kv head combines the
-//        splits in split order ─► out (int8: the last kv head's CTA quantizes the whole row)
+//     ─► partial (acc[hd], m, l) per (head, split) ─► last CTA of the kv head combines the
+//        splits in split order, a warp per query head, 4 columns a lane ─► out
+//     (int8 output: each kv head's last CTA also adds its heads' max |o| to the row's maximum
+//      with an atomic max, so the last kv head's CTA quantizes the whole row in one pass)
+//
+//   Once p is read, thread 0 asks L2 for the CTA's chunk of the caches (bulk prefetch, sm_90),
+//   so that the DRAM reads overlap the loads and the RoPE of q.
 //
 //   "Last CTA" is decided by an atomic arrival counter per kv head (as the split-K GEMMs do):
 //   partials are written, fenced, then counted; the CTA that sees count = active − 1 reads
@@ -68,6 +73,9 @@ struct DecodeConfig {
   // whose per-head accumulators leave fewer registers.
   static constexpr int kUnroll = MAXG >= 8 ? 2 : 4;
   static constexpr int kHalf = HD / 2;
+  // A partial state record: acc[HD], then m and l, padded to a 16-byte multiple so that the
+  // combine reads acc as float4 (kernels.h: decode_attention_partial_floats).
+  static constexpr int kRecord = HD + 4;
   static_assert(kMaxCtx / kChunk * MAXG <= kStates * MAXG * HD, "combine weights must fit");
 };
 
@@ -107,14 +115,14 @@ template <int HD, int MAXG>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams p) {
   using Cfg = DecodeConfig<HD, MAXG>;
   constexpr int T = Cfg::kLanesPerKey, KPW = Cfg::kKeysPerWarp, S = Cfg::kStates;
-  constexpr int U = Cfg::kUnroll, HALF = Cfg::kHalf;
+  constexpr int U = Cfg::kUnroll, HALF = Cfg::kHalf, R = Cfg::kRecord;
   __shared__ float q_sh[MAXG][HD];
   // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
   // now and prefetch its weights; it still waits for this kernel to finish before reading.
   nibble::cuda::ptx::griddep_launch_dependents();
   __shared__ float state_sh[S][MAXG][HD];  // per-state accumulators; later the combine weights
   __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum); later 1 / (total sum)
-  __shared__ float reduce_scratch[kThreads / 32];
+  __shared__ float row_amax_sh;
   __shared__ int last_sh;
 
   const int split = blockIdx.x, kv_head = blockIdx.y, G = p.group;
@@ -126,6 +134,15 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   const float* q_in = p.qkv + kv_head * G * HD;
   const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
   const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
+  // This CTA's chunk of the caches: ask L2 for it now, so that the DRAM reads overlap the loads
+  // and the RoPE of q below (row `pos` is rewritten below; L2 is the point of coherence, so the
+  // loads after the barrier still see the new row).
+  if (threadIdx.x == 0) {
+    const int64_t off = static_cast<int64_t>(kv_head) * p.s.max_ctx * HD + int64_t{j0} * HD;
+    const auto bytes = static_cast<uint32_t>((j1 - j0) * HD * 2);
+    nibble::cuda::ptx::prefetch_l2(p.k_cache + off, bytes);
+    nibble::cuda::ptx::prefetch_l2(p.v_cache + off, bytes);
+  }
   const float* cs = p.cos + static_cast<int64_t>(pos) * HALF;
   const float* sn = p.sin + static_cast<int64_t>(pos) * HALF;
   // Plain (coherent) loads below: this CTA may have just written row `pos` of these.
@@ -247,12 +264,11 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
       sum += w * ml_sh[t][g][1];
       a += w * state_sh[t][g][d];
     }
-    float* part =
-        p.ws.partials + (static_cast<int64_t>(kv_head * G + g) * p.splits + split) * (HD + 2);
-    part[2 + d] = a;
+    float* part = p.ws.partials + (static_cast<int64_t>(kv_head * G + g) * p.splits + split) * R;
+    part[d] = a;
     if (d == 0) {
-      part[0] = mx;
-      part[1] = sum;
+      part[HD] = mx;
+      part[HD + 1] = sum;
     }
   }
 
@@ -268,39 +284,66 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   if (!last_sh) return;
   __threadfence();
 
+  // Split combine, one warp per query head g (in split order, so the result does not depend on
+  // CTA timing): M = max_s m_s, w_s = exp(m_s − M), out = Σ_s w_s·acc_s / Σ_s w_s·l_s. Each
+  // lane owns 4 of the HD columns (float4 loads of the records; with HD = 64 the two half-warps
+  // take the even and the odd splits and are added at the end), and every split's load is issued
+  // before the weighted sum needs it: the records are L2 hits, and one round trip per split (the
+  // first version: 4 columns a thread, one at a time) made this tail most of the kernel's time
+  // at long contexts.
   float* w_sh = &state_sh[0][0][0];  // (G, n_active) split weights exp(m_s − M)
-  float* inv_sum_sh = &ml_sh[0][0][0];
+  const bool to_int8 = p.out.kind == ActKind::s8_per_token;
+  constexpr int kColLanes = HD / 4, kSplitLanes = 32 / kColLanes;
   for (int g = warp; g < G; g += kWarps) {
-    const float* part0 = p.ws.partials + static_cast<int64_t>(kv_head * G + g) * p.splits * (HD + 2);
+    const float* part0 = p.ws.partials + static_cast<int64_t>(kv_head * G + g) * p.splits * R;
     float mx = -INFINITY;
-    for (int s = lane; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(part0 + s * (HD + 2)));
+    for (int s = lane; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(part0 + s * R + HD));
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
     float sum = 0.0f;
     for (int s = lane; s < n_active; s += 32) {
-      const float w = expf(__ldcg(part0 + s * (HD + 2)) - mx);
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(part0 + s * R + HD));
+      const float w = expf(ml.x - mx);
       w_sh[g * n_active + s] = w;
-      sum += w * __ldcg(part0 + s * (HD + 2) + 1);
+      sum += w * ml.y;
     }
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFullMask, sum, off);
-    if (lane == 0) inv_sum_sh[g] = 1.0f / sum;
-  }
-  __syncthreads();
-  const bool to_int8 = p.out.kind == ActKind::s8_per_token;
-  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
-    const int g = idx / HD, d = idx % HD;
-    const float* part0 = p.ws.partials + static_cast<int64_t>(kv_head * G + g) * p.splits * (HD + 2);
-    float a = 0.0f;
-    // Unrolled so that eight splits' loads (L2 hits) are in flight at once; the sum itself stays
-    // in split order.
-#pragma unroll 8
-    for (int s = 0; s < n_active; ++s)
-      a += w_sh[g * n_active + s] * __ldcg(part0 + s * (HD + 2) + 2 + d);
-    const float o = a * inv_sum_sh[g];
-    const int col = (kv_head * G + g) * HD + d;
-    if (to_int8)
-      p.ws.row_f32[col] = o;
-    else
-      store_float_act(p.out, 0, col, o);
+    __syncwarp();  // w_sh of this head, written by the warp's lanes, read by all of them below
+    const int c = (lane % kColLanes) * 4;
+    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+    for (int s = lane / kColLanes; s < n_active; s += kSplitLanes) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(part0 + s * R + c));
+      const float w = w_sh[g * n_active + s];
+      a.x += w * v.x;
+      a.y += w * v.y;
+      a.z += w * v.z;
+      a.w += w * v.w;
+    }
+    if constexpr (kSplitLanes == 2) {
+      a.x += __shfl_down_sync(kFullMask, a.x, kColLanes);
+      a.y += __shfl_down_sync(kFullMask, a.y, kColLanes);
+      a.z += __shfl_down_sync(kFullMask, a.z, kColLanes);
+      a.w += __shfl_down_sync(kFullMask, a.w, kColLanes);
+    }
+    float amax = 0.0f;  // of this head's outputs, for the int8 row's scale
+    if (lane < kColLanes) {
+      const float inv = 1.0f / sum;
+      const float o[4] = {a.x * inv, a.y * inv, a.z * inv, a.w * inv};
+      const int col = (kv_head * G + g) * HD + c;
+      if (to_int8) {
+        *reinterpret_cast<float4*>(p.ws.row_f32 + col) = make_float4(o[0], o[1], o[2], o[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(o[e]));
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) store_float_act(p.out, 0, col + e, o[e]);
+      }
+    }
+    // max |o| of the row so far: non-negative (never NaN: fmaxf drops NaN, as
+    // quantize_activation's amax does), so its bits order as unsigned integers.
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, off));
+    if (to_int8 && lane == 0)
+      atomicMax(reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]), __float_as_uint(amax));
   }
   if (!to_int8) return;
 
@@ -315,9 +358,39 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   __syncthreads();
   if (!last_sh) return;
   __threadfence();
-  const float* row = p.ws.row_f32;
-  store_act_row<kThreads>(p.out, 0, int64_t{p.s.n_heads} * HD, reduce_scratch,
-                          [&](int64_t i) { return __ldcg(row + i); });
+  // Every head's outputs and maxima are in (arrivals are fenced): one pass quantizes the row,
+  // with all of a thread's loads of the f32 row in flight at once (L2 round trips are what a
+  // one-CTA tail costs; the first version's two passes of one value per trip were ~10 µs).
+  if (threadIdx.x == 0) {
+    unsigned* amax_bits = reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]);
+    row_amax_sh = __uint_as_float(__ldcg(amax_bits));
+    *amax_bits = 0u;  // for the next launch: every CTA has added its maximum
+  }
+  __syncthreads();
+  const float s = s8_scale(row_amax_sh);
+  if (threadIdx.x == 0) p.out.scales[0] = s;
+  const nibble::cuda::TokenDivider div = nibble::cuda::TokenDivider::make(s);
+  const float4* row = reinterpret_cast<const float4*>(p.ws.row_f32);
+  auto* codes = static_cast<int8_t*>(p.out.data);
+  const int width4 = p.s.n_heads * HD / 4;
+  constexpr int kBatch = 8;
+  for (int base = threadIdx.x; base < width4; base += kBatch * kThreads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      if (i >= width4) continue;
+      codes[4 * i] = s8_quantize(v[j].x, s, div);
+      codes[4 * i + 1] = s8_quantize(v[j].y, s, div);
+      codes[4 * i + 2] = s8_quantize(v[j].z, s, div);
+      codes[4 * i + 3] = s8_quantize(v[j].w, s, div);
+    }
+  }
 }
 
 template <int HD, int MAXG>
@@ -342,7 +415,8 @@ void launch_group(const DecodeParams& p, Stream stream) {
 }  // namespace
 
 int64_t decode_attention_partial_floats(const AttentionShape& s) {
-  return int64_t{s.n_heads} * decode_attention_splits(s.max_ctx) * (s.head_dim + 2);
+  // Records of hd + 4 floats (DecodeConfig::kRecord): acc, m, l, padding.
+  return int64_t{s.n_heads} * decode_attention_splits(s.max_ctx) * (s.head_dim + 4);
 }
 
 void launch_attention_decode(const float* qkv, const int32_t* pos, const AttentionShape& s,

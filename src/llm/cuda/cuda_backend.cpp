@@ -508,7 +508,7 @@ class CudaBackend final : public Backend {
     v_cache_ = zeros(DType::bf16, {n_layers_, c_.n_kv_heads, max_ctx_, hd});
     attn_partials_ = device_tensor(DType::f32, {cuda::decode_attention_partial_floats(shape_)});
     attn_row_ = device_tensor(DType::f32, {qd});
-    attn_counters_ = zeros(DType::s32, {c_.n_kv_heads + 1});
+    attn_counters_ = zeros(DType::s32, {cuda::decode_attention_counter_ints(shape_)});
     d_tokens_ = device_tensor(DType::s32, {m + 1});  // tokens, then the first position
     d_step_ = device_tensor(DType::s32, {2});        // decode: token, position
     NIBBLE_CUDA_CHECK(cudaMallocHost(&h_tokens_.p, static_cast<size_t>(m + 1) * 4));

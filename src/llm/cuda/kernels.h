@@ -65,9 +65,11 @@ void launch_rope_qkv_store(const float* qkv, int64_t m, const int32_t* pos0,
 
 /// Workspace of the decode attention: partial softmax states and arrival counters.
 struct DecodeAttentionWorkspace {
-  float* partials = nullptr;  ///< (n_heads, splits, hd + 2) f32
+  float* partials = nullptr;  ///< (n_heads, splits, hd + 4) f32: acc, m, l, padding
   float* row_f32 = nullptr;   ///< (n_heads·hd) f32, for int8 output
-  int* counters = nullptr;    ///< (n_kv_heads + 1), zero between launches (kernels reset them)
+  /// (decode_attention_counter_ints): an arrival counter per kv head, one for the int8 row, then
+  /// the int8 row's max |x| as float bits; zero between launches (the kernel resets them)
+  int* counters = nullptr;
 };
 /// Positions per CTA of the decode attention, and the number of CTAs along the KV length.
 constexpr int kDecodeAttentionChunk = 64;
@@ -75,6 +77,7 @@ inline int decode_attention_splits(int64_t max_ctx) {
   return static_cast<int>((max_ctx + kDecodeAttentionChunk - 1) / kDecodeAttentionChunk);
 }
 int64_t decode_attention_partial_floats(const AttentionShape& s);
+inline int64_t decode_attention_counter_ints(const AttentionShape& s) { return s.n_kv_heads + 2; }
 
 /// One decode step of attention for the token at position p = *pos (fused RoPE + cache store):
 /// rotates q and k of qkv (1, qkv_ld) f32, stores k, v (bf16) at position p of the cache, and
