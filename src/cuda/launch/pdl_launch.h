@@ -45,15 +45,28 @@ inline bool overlap_split_k_launch(int cc_major, int splits) {
   return overlapping_launch_allowed(cc_major) && splits > 1;
 }
 
-/// Weight blocks per row that an overlapping decode GEMM asks L2 for before it waits
-/// (NIBBLE_PREFETCH_BLOCKS, default 2; 0: none). Measured on the H100 at M = 1 with 0, 2 and 8:
-/// 2 was fastest on every split-K layer (8 was slower than none).
+/// Weight blocks per row that an overlapping decode GEMM asks L2 for before it waits, past the
+/// ring stages it loads early (NIBBLE_PREFETCH_BLOCKS, default 2; 0: none). Measured on the H100
+/// at M = 1 with 0, 2 and 8 blocks from the CTA's first one (no early stages then): 2 was
+/// fastest on every split-K layer (8 was slower than none).
 inline int overlap_prefetch_blocks() {
   static const int blocks = [] {
     const char* v = std::getenv("NIBBLE_PREFETCH_BLOCKS");
     return v != nullptr && v[0] != '\0' ? std::atoi(v) : 2;
   }();
   return blocks;
+}
+
+/// Ring stages whose weights an overlapping decode GEMM loads into shared memory before it
+/// waits for the kernel before it (cuda/common/overlap_prologue.cuh; NIBBLE_EARLY_WEIGHT_STAGES,
+/// default: every stage of the prologue, for launches that may overlap; 0: none, all loads
+/// after the wait as before 2026-11-24, for A/B measurements).
+inline int overlap_early_weight_stages() {
+  static const int stages = [] {
+    const char* v = std::getenv("NIBBLE_EARLY_WEIGHT_STAGES");
+    return v != nullptr && v[0] != '\0' ? std::atoi(v) : 1 << 20;
+  }();
+  return stages;
 }
 
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous

@@ -116,6 +116,8 @@ struct W4A8GemmParams {
                                   // (cuda/launch/pdl_launch.h); the kernel does not read it
   int prefetch_blocks = 0;        // overlapping decode tiles: weight blocks per n8 row (or 128-
                                   // byte K blocks per row) asked of L2 before the wait
+  int early_weight_stages = 0;    // overlapping decode tiles: ring stages whose weights load
+                                  // before the wait (overlap_early_weight_stages)
   bool cluster_split = false;     // the splits of a tile are one cluster (cuda/common/split_k.cuh)
   void* workspace = nullptr;      // splits·M·N 4-byte partials
   int* counters = nullptr;        // one per output tile, zero between calls
@@ -255,31 +257,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   using X = typename Cfg::X;
 
   // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
-  auto load_stage = [&](int stage, int kb) {
+  // `parts` picks the activation half (the A or x tile: an earlier kernel's output), the weight
+  // half (the W tile and the K block's group data: weights only, which no kernel that lets its
+  // dependents start early ever writes; see the prologue below) or both.
+  enum : int { kActivations = 1, kWeights = 2, kBoth = 3 };
+  auto load_stage = [&](int stage, int kb, int parts = kBoth) {
     uint8_t* base = smem + stage * Cfg::kStageBytes;
     uint8_t* a_sh = base;
     uint8_t* w_sh = base + Cfg::kXStageBytes;
-    if constexpr (Cfg::kFusedQuant) {
-      // 16-byte chunks (8 elements) of x, rows of 256 bytes, unswizzled: each thread later
-      // reads 32 consecutive bytes, so the eight threads of a row cover its 256 bytes.
+    if (parts & kActivations) {
+      if constexpr (Cfg::kFusedQuant) {
+        // 16-byte chunks (8 elements) of x, rows of 256 bytes, unswizzled: each thread later
+        // reads 32 consecutive bytes, so the eight threads of a row cover its 256 bytes.
 #pragma unroll
-      for (int i = tid; i < BM * 16; i += Cfg::kThreads) {
-        const int r = i >> 4, c = i & 15;
-        const int gm = m0 + r, gk = kb * 128 + c * 8;
-        const bool valid = gm < p.m && gk < p.k;
-        const X* src = static_cast<const X*>(p.x) + int64_t(valid ? gm : 0) * p.ldx + (valid ? gk : 0);
-        cp_async_16(a_sh + r * 256 + c * 16, src, valid);
-      }
-    } else {
+        for (int i = tid; i < BM * 16; i += Cfg::kThreads) {
+          const int r = i >> 4, c = i & 15;
+          const int gm = m0 + r, gk = kb * 128 + c * 8;
+          const bool valid = gm < p.m && gk < p.k;
+          const X* src =
+              static_cast<const X*>(p.x) + int64_t(valid ? gm : 0) * p.ldx + (valid ? gk : 0);
+          cp_async_16(a_sh + r * 256 + c * 16, src, valid);
+        }
+      } else {
 #pragma unroll
-      for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
-        const int r = i >> 3, c = i & 7;
-        const int gm = m0 + r, gk = kb * 128 + c * 16;
-        const bool valid = gm < p.m && gk < k_bytes;
-        const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
-        cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
+        for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
+          const int r = i >> 3, c = i & 7;
+          const int gm = m0 + r, gk = kb * 128 + c * 16;
+          const bool valid = gm < p.m && gk < k_bytes;
+          const int8_t* src = p.a + int64_t(valid ? gm : 0) * p.lda + (valid ? gk : 0);
+          cp_async_16(a_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
+        }
       }
     }
+    if (!(parts & kWeights)) return;
     if constexpr (Cfg::kRowMajorW) {
 #pragma unroll
       for (int i = tid; i < BN * 8; i += Cfg::kThreads) {  // 16-byte chunks of W rows, as A
@@ -350,23 +360,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 
   // The thin (decode) tiles are launched to overlap the kernel before them: nothing above has
-  // touched global memory; everything below comes after the wait (cuda/common/overlap_prologue.cuh).
+  // touched global memory. Before waiting for that kernel the CTA lets the next kernel start,
+  // asks L2 for prefetch_blocks weight blocks past the ring stages it loads early, and issues
+  // those stages' weight loads into shared memory (early_weight_stages of the prologue's, by
+  // default all): weights are no earlier kernel's output, so their HBM latency and transfer
+  // overlap the previous kernel's tail (cuda/common/overlap_prologue.cuh). Everything that
+  // reads an earlier kernel's output (A, x, scales) comes after the wait. The first commit
+  // group holds the early weight loads and stage 0's activations, so the main loop's wait for
+  // stage 0 covers them.
   if constexpr (Cfg::kOverlapLaunch) {
+    const int early = min(min(num_kb, STAGES - 1), p.early_weight_stages);
+    const int beyond = max(0, min(num_kb - early, p.prefetch_blocks));
     if constexpr (Cfg::kRowMajorW) {
-      const int blocks = min(num_kb, p.prefetch_blocks);
-      const int bytes = max(0, min(blocks * 128, k_bytes - kb_begin * 128)) & ~15;
-      overlap_prologue(p.w + int64_t(n0) * p.ldw + kb_begin * 128, p.ldw, min(BN, p.n - n0),
-                       bytes);
+      const int k0 = (kb_begin + early) * 128;
+      const int bytes = max(0, min(beyond * 128, k_bytes - k0)) & ~15;
+      overlap_prologue_start(p.w + int64_t(n0) * p.ldw + k0, p.ldw, min(BN, p.n - n0), bytes);
     } else {
-      overlap_prologue_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin, num_kb,
-                               512, p.prefetch_blocks);
+      overlap_prologue_start_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks,
+                                     kb_begin + early, beyond, 512);
     }
-  }
-
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kb) load_stage(s, kb_begin + s);
-    ptx::cp_async_commit();
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < early) load_stage(s, kb_begin + s, kWeights);
+    ptx::griddep_wait();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < num_kb) load_stage(s, kb_begin + s, s < early ? kActivations : kBoth);
+      ptx::cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < num_kb) load_stage(s, kb_begin + s);
+      ptx::cp_async_commit();
+    }
   }
 
   if constexpr (Cfg::kFusedQuant) {

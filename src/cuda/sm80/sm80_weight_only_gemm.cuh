@@ -84,6 +84,8 @@ struct WeightOnlyGemmParams {
                                   // (cuda/launch/pdl_launch.h); the kernel does not read it
   int prefetch_blocks = 0;        // overlapping decode tiles: weight blocks per n8 row (or 128-
                                   // byte K blocks per row) asked of L2 before the wait
+  int early_weight_stages = 0;    // overlapping decode tiles: ring stages whose weights load
+                                  // before the wait (overlap_early_weight_stages)
   void* workspace = nullptr;      // splits·M·N f32 partials
   int* counters = nullptr;        // one per output tile, zero between calls
   bool cluster_split = false;     // the splits of a tile are one cluster (cuda/common/split_k.cuh)
@@ -263,16 +265,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int x_rows = min(BM, p.m - m0);
 
   // ---- one pipeline stage: x tile, W tile, and this K block's group scales and zeros ---------
-  auto load_stage = [&](int stage, int kb) {
+  // `parts` picks the activation half (x: an earlier kernel's output), the weight half (W, group
+  // scales and zeros: weights only; see the prologue below) or both.
+  enum : int { kActivations = 1, kWeights = 2, kBoth = 3 };
+  auto load_stage = [&](int stage, int kb, int parts = kBoth) {
     uint8_t* x_sh = smem + stage * Cfg::kStageBytes;
     uint8_t* w_sh = x_sh + Cfg::kXBytes;
-    for (int i = tid; i < x_rows * 16; i += Cfg::kThreads) {  // 16-byte chunks (8 elements)
-      const int r = i >> 4, c = i & 15;
-      const int gk = kb * Cfg::kBK + c * 8;
-      const bool valid = gk < p.k;  // the K tail is zero-filled: it meets padded weights
-      const T* src = x + int64_t(m0 + r) * p.ldx + (valid ? gk : 0);
-      cp_async_16(x_sh + r * 256 + ((c ^ (r & 7)) << 4), src, valid);
+    if (parts & kActivations) {
+      for (int i = tid; i < x_rows * 16; i += Cfg::kThreads) {  // 16-byte chunks (8 elements)
+        const int r = i >> 4, c = i & 15;
+        const int gk = kb * Cfg::kBK + c * 8;
+        const bool valid = gk < p.k;  // the K tail is zero-filled: it meets padded weights
+        const T* src = x + int64_t(m0 + r) * p.ldx + (valid ? gk : 0);
+        cp_async_16(x_sh + r * 256 + ((c ^ (r & 7)) << 4), src, valid);
+      }
     }
+    if (!(parts & kWeights)) return;
     constexpr int kChunksPerBlock = Cfg::kBlockBytes / 16;
 #pragma unroll
     for (int i = tid; i < (BN / 8) * kChunksPerBlock; i += Cfg::kThreads) {
@@ -310,15 +318,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
 
   // The thin (decode) tiles are launched to overlap the kernel before them: nothing above has
-  // touched global memory; everything below comes after the wait (cuda/common/overlap_prologue.cuh).
-  if constexpr (Cfg::kOverlapLaunch)
-    overlap_prologue_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin, num_kb,
-                             Cfg::kBlockBytes, p.prefetch_blocks);
-
+  // touched global memory. Before waiting for that kernel the CTA lets the next one start, asks
+  // L2 for prefetch_blocks weight blocks past the ring stages it loads early, and issues those
+  // stages' weight loads into shared memory (early_weight_stages of the prologue's, by default
+  // all; weights are no earlier kernel's output: cuda/common/overlap_prologue.cuh). x comes
+  // after the wait; the first commit group holds the early weight loads and stage 0's x, so
+  // the main loop's wait for stage 0 covers them.
+  if constexpr (Cfg::kOverlapLaunch) {
+    const int early = min(min(num_kb, STAGES - 1), p.early_weight_stages);
+    overlap_prologue_start_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin + early,
+                                   max(0, min(num_kb - early, p.prefetch_blocks)),
+                                   Cfg::kBlockBytes);
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < num_kb) load_stage(s, kb_begin + s);
-    ptx::cp_async_commit();
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < early) load_stage(s, kb_begin + s, kWeights);
+    ptx::griddep_wait();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < num_kb) load_stage(s, kb_begin + s, s < early ? kActivations : kBoth);
+      ptx::cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < num_kb) load_stage(s, kb_begin + s);
+      ptx::cp_async_commit();
+    }
   }
 
   // Dequantization constants that do not depend on the group.
