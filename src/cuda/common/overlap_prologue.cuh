@@ -40,4 +40,31 @@ __device__ __forceinline__ void overlap_prologue_start_blocked(const uint8_t* w,
                          int64_t(kblocks) * block_bytes, rows, blocks * block_bytes);
 }
 
+/// The parts of a pipeline stage a GEMM's load_stage(stage, kb, parts) issues: the activation
+/// half (an earlier kernel's output), the weight half (weights, group data), or both.
+enum StageParts : int { kStageActivations = 1, kStageWeights = 2, kStageAll = 3 };
+
+/// Issues the first kStages − 1 stages of a cp.async pipeline from K block kb_begin, one commit
+/// group each (num_kb blocks in all). With kOverlap (a decode tile launched to overlap the
+/// kernel before it, after overlap_prologue_start) the weight halves of the first `early`
+/// stages go out before ptx::griddep_wait and their activation halves after it, so the first
+/// commit group holds those weight loads and stage 0's activations: the main loop's wait for
+/// stage 0 covers them.
+template <bool kOverlap, int kStages, class LoadStage>
+__device__ __forceinline__ void load_prologue_stages(int kb_begin, int num_kb, int early,
+                                                     LoadStage&& load_stage) {
+  if constexpr (kOverlap) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s)
+      if (s < early) load_stage(s, kb_begin + s, kStageWeights);
+    ptx::griddep_wait();
+  }
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_kb)
+      load_stage(s, kb_begin + s, kOverlap && s < early ? kStageActivations : kStageAll);
+    ptx::cp_async_commit();
+  }
+}
+
 }  // namespace nibble::cuda

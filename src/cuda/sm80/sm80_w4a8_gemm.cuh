@@ -260,12 +260,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // `parts` picks the activation half (the A or x tile: an earlier kernel's output), the weight
   // half (the W tile and the K block's group data: weights only, which no kernel that lets its
   // dependents start early ever writes; see the prologue below) or both.
-  enum : int { kActivations = 1, kWeights = 2, kBoth = 3 };
-  auto load_stage = [&](int stage, int kb, int parts = kBoth) {
+  auto load_stage = [&](int stage, int kb, int parts = kStageAll) {
     uint8_t* base = smem + stage * Cfg::kStageBytes;
     uint8_t* a_sh = base;
     uint8_t* w_sh = base + Cfg::kXStageBytes;
-    if (parts & kActivations) {
+    if (parts & kStageActivations) {
       if constexpr (Cfg::kFusedQuant) {
         // 16-byte chunks (8 elements) of x, rows of 256 bytes, unswizzled: each thread later
         // reads 32 consecutive bytes, so the eight threads of a row cover its 256 bytes.
@@ -289,7 +288,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         }
       }
     }
-    if (!(parts & kWeights)) return;
+    if (!(parts & kStageWeights)) return;
     if constexpr (Cfg::kRowMajorW) {
 #pragma unroll
       for (int i = tid; i < BN * 8; i += Cfg::kThreads) {  // 16-byte chunks of W rows, as A
@@ -379,21 +378,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       overlap_prologue_start_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks,
                                      kb_begin + early, beyond, 512);
     }
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s)
-      if (s < early) load_stage(s, kb_begin + s, kWeights);
-    ptx::griddep_wait();
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < num_kb) load_stage(s, kb_begin + s, s < early ? kActivations : kBoth);
-      ptx::cp_async_commit();
-    }
+    load_prologue_stages<true, STAGES>(kb_begin, num_kb, early, load_stage);
   } else {
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < num_kb) load_stage(s, kb_begin + s);
-      ptx::cp_async_commit();
-    }
+    load_prologue_stages<false, STAGES>(kb_begin, num_kb, 0, load_stage);
   }
 
   if constexpr (Cfg::kFusedQuant) {

@@ -267,11 +267,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- one pipeline stage: x tile, W tile, and this K block's group scales and zeros ---------
   // `parts` picks the activation half (x: an earlier kernel's output), the weight half (W, group
   // scales and zeros: weights only; see the prologue below) or both.
-  enum : int { kActivations = 1, kWeights = 2, kBoth = 3 };
-  auto load_stage = [&](int stage, int kb, int parts = kBoth) {
+  auto load_stage = [&](int stage, int kb, int parts = kStageAll) {
     uint8_t* x_sh = smem + stage * Cfg::kStageBytes;
     uint8_t* w_sh = x_sh + Cfg::kXBytes;
-    if (parts & kActivations) {
+    if (parts & kStageActivations) {
       for (int i = tid; i < x_rows * 16; i += Cfg::kThreads) {  // 16-byte chunks (8 elements)
         const int r = i >> 4, c = i & 15;
         const int gk = kb * Cfg::kBK + c * 8;
@@ -280,7 +279,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         cp_async_16(x_sh + r * 256 + ((c ^ (r & 7)) << 4), src, valid);
       }
     }
-    if (!(parts & kWeights)) return;
+    if (!(parts & kStageWeights)) return;
     constexpr int kChunksPerBlock = Cfg::kBlockBytes / 16;
 #pragma unroll
     for (int i = tid; i < (BN / 8) * kChunksPerBlock; i += Cfg::kThreads) {
@@ -329,21 +328,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     overlap_prologue_start_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin + early,
                                    max(0, min(num_kb - early, p.prefetch_blocks)),
                                    Cfg::kBlockBytes);
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s)
-      if (s < early) load_stage(s, kb_begin + s, kWeights);
-    ptx::griddep_wait();
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < num_kb) load_stage(s, kb_begin + s, s < early ? kActivations : kBoth);
-      ptx::cp_async_commit();
-    }
+    load_prologue_stages<true, STAGES>(kb_begin, num_kb, early, load_stage);
   } else {
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < num_kb) load_stage(s, kb_begin + s);
-      ptx::cp_async_commit();
-    }
+    load_prologue_stages<false, STAGES>(kb_begin, num_kb, 0, load_stage);
   }
 
   // Dequantization constants that do not depend on the group.

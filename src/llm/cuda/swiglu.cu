@@ -45,27 +45,37 @@ __device__ __forceinline__ float swiglu_value(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
+// The values i = i0 + threadIdx.x + j·kStride (j < kPer) of row r that lie below i1, into v
+// (0 past i1), after letting the next kernel start and waiting for the linear producing gu.
+template <int kPer, int kStride>
+__device__ __forceinline__ void swiglu_row_values(const float* __restrict__ gu, int64_t f,
+                                                  int64_t r, int64_t i0, int64_t i1,
+                                                  float (&v)[kPer]) {
+  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
+  // now and prefetch its weights; it still waits for this kernel to finish before reading.
+  nibble::cuda::ptx::griddep_launch_dependents();
+  nibble::cuda::ptx::griddep_wait();  // for the linear producing gu (see launch_swiglu)
+  const float* row = gu + r * 2 * f;
+  float u[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {  // every load first: they overlap
+    const int64_t i = i0 + threadIdx.x + int64_t{j} * kStride;
+    v[j] = i < i1 ? row[i] : 0.0f;
+    u[j] = i < i1 ? row[f + i] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) v[j] = swiglu_value(v[j], u[j]);
+}
+
 // Rows of up to kPer · kThreads values, held in registers (see the header).
 template <int kPer>
 __global__ void __launch_bounds__(kThreads)
     swiglu_held_kernel(const float* __restrict__ gu, int64_t f, ActOutput out) {
   __shared__ float max_scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
-  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
-  // now and prefetch its weights; it still waits for this kernel to finish before reading.
-  nibble::cuda::ptx::griddep_launch_dependents();
-  nibble::cuda::ptx::griddep_wait();  // for the linear producing gu (see launch_swiglu)
-  const float* row = gu + r * 2 * f;
-  float g[kPer], u[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {  // every load first: they overlap
-    const int64_t i = threadIdx.x + int64_t{j} * kThreads;
-    g[j] = i < f ? row[i] : 0.0f;
-    u[j] = i < f ? row[f + i] : 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) g[j] = swiglu_value(g[j], u[j]);
-  store_act_row_held<kThreads, kPer>(out, r, f, max_scratch, g);
+  float v[kPer];
+  swiglu_row_values<kPer, kThreads>(gu, f, r, 0, f, v);
+  store_act_row_held<kThreads, kPer>(out, r, f, max_scratch, v);
 }
 
 // Any f: the values are recomputed from memory for the quantize pass of int8 output.
@@ -93,20 +103,8 @@ __global__ void __launch_bounds__(kClusterThreads)
   __shared__ uint32_t block_amax_bits;  // read by the other blocks of the cluster
   const int64_t r = blockIdx.x;
   const int64_t i0 = int64_t{blockIdx.z} * slice, i1 = min(f, i0 + slice);
-  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
-  // now and prefetch its weights; it still waits for this kernel to finish before reading.
-  nibble::cuda::ptx::griddep_launch_dependents();
-  nibble::cuda::ptx::griddep_wait();  // for the linear producing gu (see launch_swiglu)
-  const float* row = gu + r * 2 * f;
-  float g[kPer], u[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {  // every load first: they overlap
-    const int64_t i = i0 + threadIdx.x + int64_t{j} * kClusterThreads;
-    g[j] = i < i1 ? row[i] : 0.0f;
-    u[j] = i < i1 ? row[f + i] : 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) g[j] = swiglu_value(g[j], u[j]);
+  float g[kPer];
+  swiglu_row_values<kPer, kClusterThreads>(gu, f, r, i0, i1, g);
   if (out.kind != ActKind::s8_per_token) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
