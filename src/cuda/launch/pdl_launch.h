@@ -57,16 +57,18 @@ inline int overlap_prefetch_blocks() {
   return blocks;
 }
 
-/// Ring stages whose weights an overlapping decode GEMM loads into shared memory before it
-/// waits for the kernel before it (cuda/common/overlap_prologue.cuh; NIBBLE_EARLY_WEIGHT_STAGES,
-/// default: every stage of the prologue, for launches that may overlap; 0: none, all loads
-/// after the wait as before 2026-11-24, for A/B measurements).
-inline int overlap_early_weight_stages() {
+/// Ring stages whose weights a decode GEMM loads into shared memory before it waits for the
+/// kernel before it (cuda/common/overlap_prologue.cuh). When the launch may overlap (`overlap`):
+/// every stage of the prologue (NIBBLE_EARLY_WEIGHT_STAGES sets the number; 0: none, all loads
+/// after the wait as before 2026-11-24, for A/B measurements). A plain launch waits for
+/// nothing, and there the old order (and its 2-block L2 prefetch from the CTA's first block)
+/// measured faster (28672x4096 at M = 1: 25.0 against 27.2 us, H100), so none.
+inline int overlap_early_weight_stages(bool overlap) {
   static const int stages = [] {
     const char* v = std::getenv("NIBBLE_EARLY_WEIGHT_STAGES");
     return v != nullptr && v[0] != '\0' ? std::atoi(v) : 1 << 20;
   }();
-  return stages;
+  return overlap ? stages : 0;
 }
 
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous

@@ -194,10 +194,7 @@ void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.kblocks_per_split = plan.kblocks_per_split;
   p.overlap_allowed = overlap_split_k_launch(dev.cc_major, plan.splits);
   p.prefetch_blocks = overlap_prefetch_blocks();
-  // Weights into shared memory before the wait only when the launch may overlap: a plain
-  // launch waits for nothing, and there the old order (and its 2-block L2 prefetch from the
-  // CTA's first block) measured faster (28672x4096 at M = 1: 25.0 against 27.2 us, H100).
-  p.early_weight_stages = p.overlap_allowed ? overlap_early_weight_stages() : 0;
+  p.early_weight_stages = overlap_early_weight_stages(p.overlap_allowed);
   // sm_90+: the splits of a decode tile are one thread-block cluster and reduce over
   // distributed shared memory (cuda/common/split_k.cuh) instead of through the workspace.
   p.cluster_split = dev.cc_major >= 9 && cluster_split(static_cast<Tile>(plan.tile), plan.splits);

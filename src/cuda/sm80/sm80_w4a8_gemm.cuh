@@ -364,9 +364,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // those stages' weight loads into shared memory (early_weight_stages of the prologue's, by
   // default all): weights are no earlier kernel's output, so their HBM latency and transfer
   // overlap the previous kernel's tail (cuda/common/overlap_prologue.cuh). Everything that
-  // reads an earlier kernel's output (A, x, scales) comes after the wait. The first commit
-  // group holds the early weight loads and stage 0's activations, so the main loop's wait for
-  // stage 0 covers them.
+  // reads an earlier kernel's output (A, x, scales) comes after the wait (load_prologue_stages).
   if constexpr (Cfg::kOverlapLaunch) {
     const int early = min(min(num_kb, STAGES - 1), p.early_weight_stages);
     const int beyond = max(0, min(num_kb - early, p.prefetch_blocks));

@@ -321,8 +321,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // L2 for prefetch_blocks weight blocks past the ring stages it loads early, and issues those
   // stages' weight loads into shared memory (early_weight_stages of the prologue's, by default
   // all; weights are no earlier kernel's output: cuda/common/overlap_prologue.cuh). x comes
-  // after the wait; the first commit group holds the early weight loads and stage 0's x, so
-  // the main loop's wait for stage 0 covers them.
+  // after the wait (load_prologue_stages).
   if constexpr (Cfg::kOverlapLaunch) {
     const int early = min(min(num_kb, STAGES - 1), p.early_weight_stages);
     overlap_prologue_start_blocked(p.w, n0 / 8, BN / 8, p.n_pad / 8, p.kblocks, kb_begin + early,

@@ -76,9 +76,9 @@ __device__ __forceinline__ void store_float_act(const ActOutput& out, int64_t ro
 /// are computed twice (once for amax, once to quantize) rather than held in registers, so any
 /// width works; they are cheap recomputations from L1/L2-resident rows. Each pass takes
 /// kBatch values a thread at a time, all computed (loaded) before any is used: a value read
-/// from L2 (the decode attention's f32 row) costs a round trip, and one at a time made the
-/// 4096-wide row's two passes about 10 µs of the attention step (runner_ops_bench: attention
-/// → s8 19 µs against 9 µs → bf16, H100, 2026-11-23). The max and the quantization are exact,
+/// from L2 costs a round trip, and one at a time made a 4096-wide row's two passes about 10 µs
+/// (the decode attention's tail when it used this: runner_ops_bench, attention → s8 19 µs
+/// against 9 µs → bf16, H100, 2026-11-23). The max and the quantization are exact,
 /// so the grouping does not change the bytes.
 template <int kThreads, class ValueFn>
 __device__ __forceinline__ void store_act_row(const ActOutput& out, int64_t row, int64_t width,

@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   // now and prefetch its weights; it still waits for this kernel to finish before reading.
   nibble::cuda::ptx::griddep_launch_dependents();
   __shared__ float state_sh[S][MAXG][HD];  // per-state accumulators; later the combine weights
-  __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum); later 1 / (total sum)
+  __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum)
   __shared__ float row_amax_sh;
   __shared__ int last_sh;
 
@@ -341,9 +341,11 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
     }
     // max |o| of the row so far: non-negative (never NaN: fmaxf drops NaN, as
     // quantize_activation's amax does), so its bits order as unsigned integers.
-    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, off));
+    for (int off = 16; off > 0; off >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, off));
     if (to_int8 && lane == 0)
-      atomicMax(reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]), __float_as_uint(amax));
+      atomicMax(reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]),
+                __float_as_uint(amax));
   }
   if (!to_int8) return;
 
