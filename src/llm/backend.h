@@ -80,6 +80,14 @@ class Backend {
   virtual void forward(std::span<const int32_t> tokens, int64_t pos, bool all_logits,
                        std::vector<float>& logits) = 0;
   virtual MemoryReport memory() const = 0;
+  /// Greedy decoding: runs `token` at position pos, then each step's argmax (llm::argmax of its
+  /// logits) at the next position, for at most `steps` steps, and calls on_token with each
+  /// step's argmax in order until it returns false. The cache rules are forward's. A backend may
+  /// compute a few steps beyond the one whose token ended the run (the CUDA backend queues steps
+  /// ahead of the host); their cache positions are overwritten by later calls.
+  /// The default runs forward and llm::argmax step by step.
+  virtual void decode_greedy(int32_t token, int64_t pos, int64_t steps,
+                             const std::function<bool(int32_t)>& on_token);
   /// A line per kind of layer: its mode and bytes (for `nibble info` and reports).
   virtual std::string describe() const = 0;
   /// Seconds the last prompt (a forward call of several tokens) spent in attention, when the

@@ -23,6 +23,17 @@ int32_t argmax(std::span<const float> v) {
   return best;
 }
 
+void Backend::decode_greedy(int32_t token, int64_t pos, int64_t steps,
+                            const std::function<bool(int32_t)>& on_token) {
+  std::vector<float> logits;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int32_t one[1] = {token};
+    forward(one, pos + i, false, logits);
+    token = argmax(logits);
+    if (!on_token(token)) return;
+  }
+}
+
 Sampler::Sampler(const SamplingOptions& o) : o_(o), rng_(o.seed) {
   if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
     detail::fail(ErrorCode::invalid_argument, "nibble::llm::Sampler: temperature must be ≥ 0");
@@ -107,17 +118,27 @@ GenerateResult generate(Backend& backend, std::span<const int32_t> prompt, int64
   int32_t next = sampler.sample(logits);
   r.ttft_seconds = now_seconds() - t0;
   const double t1 = now_seconds();
-  for (int64_t i = 0;; ++i) {
-    r.tokens.push_back(next);
-    if (on_token) on_token(next);
-    if (stop && stop(next)) {
+  // Takes a token; false when the run ends with it.
+  auto take = [&](int32_t t) {
+    r.tokens.push_back(t);
+    if (on_token) on_token(t);
+    if (stop && stop(t)) {
       r.stopped = true;
-      break;
+      return false;
     }
-    if (i + 1 >= max_new) break;
-    const int32_t one[1] = {next};
-    backend.forward(one, np + i, false, logits);
-    next = sampler.sample(logits);
+    return static_cast<int64_t>(r.tokens.size()) < max_new;
+  };
+  if (take(next)) {
+    if (sampling.temperature == 0.0) {  // greedy: the backend may pick tokens on its device
+      backend.decode_greedy(next, np, max_new - 1, take);
+    } else {
+      for (int64_t i = 0;; ++i) {
+        const int32_t one[1] = {next};
+        backend.forward(one, np + i, false, logits);
+        next = sampler.sample(logits);
+        if (!take(next)) break;
+      }
+    }
   }
   r.decode_seconds = now_seconds() - t1;
   return r;

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -187,6 +188,66 @@ TEST(LlmCudaKernels, EmbeddingCopiesRows) {
     for (int64_t i = 0; i < d; ++i)
       ASSERT_EQ(got[static_cast<size_t>(r * d + i)],
                 bf16_bits_to_f32(table[static_cast<size_t>(tokens[static_cast<size_t>(r)] * d + i)]));
+}
+
+// The device argmax picks what llm::argmax picks: the lowest index of the largest value, NaNs
+// skipped except at index 0, −0 equal to +0; its workspace is left zero for the next launch,
+// and with `step` it feeds the token to the next decode step at the next position.
+TEST(LlmCudaKernels, ArgmaxMatchesTheHostArgmaxOnTiesNansAndSignedZeros) {
+  NIBBLE_REQUIRE_GPU();
+  nibble::test::Rng rng;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor ws = device_copy(
+      std::vector<int32_t>(static_cast<size_t>(cuda::argmax_workspace_ints()), 0), DType::s32);
+  std::vector<std::vector<float>> rows;
+  for (int64_t n : {1, 2, 5, 4095, 4096, 4097, 100003, 128256}) {
+    auto v = normals(static_cast<size_t>(n), rng, 3.0);
+    rows.push_back(v);
+    if (n < 5) continue;
+    const auto pick = [&] { return static_cast<size_t>(rng.uniform_int(1, n - 1)); };
+    auto tie = v;  // the maximum at several indices, one of them after the first
+    const size_t a = pick(), b = pick();
+    tie[a] = tie[b] = 1e4f;
+    rows.push_back(tie);
+    auto nans = v;  // NaNs everywhere but index 0 (never picked), the largest value beside one
+    for (int i = 0; i < 50; ++i) nans[pick()] = nan;
+    nans[a] = 5e4f;
+    rows.push_back(nans);
+    auto nan0 = v;  // a NaN at index 0 wins, as the host loop lets it
+    nan0[0] = nan;
+    rows.push_back(nan0);
+    auto zeros = std::vector<float>(static_cast<size_t>(n), -1.0f);  // −0 before +0: the first
+    zeros[std::min(a, b)] = -0.0f;
+    zeros[std::max(a, b)] = 0.0f;
+    rows.push_back(zeros);
+    rows.push_back(std::vector<float>(static_cast<size_t>(n), -inf));
+    auto infs = v;
+    infs[b] = inf;
+    rows.push_back(infs);
+  }
+  Tensor token(DType::s32, {1}, Device::cuda());
+  for (const auto& v : rows) {
+    const int32_t want = argmax(v);
+    Tensor logits = device_copy(v, DType::f32);
+    cuda::launch_argmax(static_cast<float*>(logits.data()), static_cast<int64_t>(v.size()),
+                        static_cast<int32_t*>(token.data()), nullptr,
+                        static_cast<int*>(ws.data()), nullptr);
+    ASSERT_EQ(host_copy<int32_t>(token)[0], want) << "n = " << v.size();
+    for (const int32_t w : host_copy<int32_t>(ws)) ASSERT_EQ(w, 0) << "workspace not reset";
+  }
+  // With the decode step: step = {token, position + 1}.
+  const std::vector<int32_t> start = {7, 41};
+  Tensor step = device_copy(start, DType::s32);
+  const auto& v = rows.back();
+  Tensor logits = device_copy(v, DType::f32);
+  auto* d_step = static_cast<int32_t*>(step.data());
+  for (int i = 0; i < 3; ++i)
+    cuda::launch_argmax(static_cast<float*>(logits.data()), static_cast<int64_t>(v.size()), d_step,
+                        d_step, static_cast<int*>(ws.data()), nullptr);
+  const auto got = host_copy<int32_t>(step);
+  EXPECT_EQ(got[0], argmax(v));
+  EXPECT_EQ(got[1], 44);
 }
 
 TEST(LlmCudaKernels, AddRmsNormMatchesTheCpuFormulaInEveryOutputForm) {
@@ -606,6 +667,56 @@ TEST(LlmCudaBackend, GreedyTokensMatchTheCpu) {
     const GenerateResult r = generate(*cpu, prompt, 40, {});
     EXPECT_EQ(g.tokens, r.tokens);
   }
+}
+
+// decode_greedy on the GPU (argmax on the device, steps queued ahead of the host) gives the
+// tokens of forward + llm::argmax step by step, with and without the graph; a run that ends
+// early (on_token returns false while later steps are queued) leaves a backend that continues
+// exactly where it stopped.
+TEST(LlmCudaBackend, DeviceGreedyDecodeEqualsForwardAndHostArgmax) {
+  NIBBLE_REQUIRE_GPU();
+  const ModelConfig c = untied_config();
+  for (const char* mode : {"bf16", "w4a8_pc"})
+    for (const bool graph : {true, false}) {
+      SCOPED_TRACE(std::string(mode) + (graph ? " graph" : " eager"));
+      BackendOptions opt = options(mode);
+      opt.cuda_graph = graph;
+      const auto prompt = prompt_of(7, c.vocab_size);
+      const int64_t np = static_cast<int64_t>(prompt.size()), steps = 20;
+      auto ref = backend("cuda", c, opt);
+      std::vector<float> logits;
+      ref->forward(prompt, 0, false, logits);
+      const int32_t first = argmax(logits);
+      std::vector<int32_t> want;
+      int32_t t = first;
+      for (int64_t i = 0; i < steps; ++i) {
+        const int32_t one[1] = {t};
+        ref->forward(one, np + i, false, logits);
+        want.push_back(t = argmax(logits));
+      }
+      auto dev = backend("cuda", c, opt);
+      dev->forward(prompt, 0, false, logits);
+      std::vector<int32_t> got;
+      dev->decode_greedy(first, np, steps, [&](int32_t x) {
+        got.push_back(x);
+        return true;
+      });
+      EXPECT_EQ(got, want);
+      // Stop after 5 tokens, then go on from there in a second call.
+      auto split = backend("cuda", c, opt);
+      split->forward(prompt, 0, false, logits);
+      got.clear();
+      split->decode_greedy(first, np, steps, [&](int32_t x) {
+        got.push_back(x);
+        return got.size() < 5;
+      });
+      ASSERT_EQ(got.size(), 5u);
+      split->decode_greedy(got.back(), np + 5, steps - 5, [&](int32_t x) {
+        got.push_back(x);
+        return true;
+      });
+      EXPECT_EQ(got, want);
+    }
 }
 
 TEST(LlmCudaBackend, PrefillThenDecodeMatchesTokenByToken) {

@@ -22,7 +22,9 @@
 // workspace, cuBLAS's kernels and every lazily loaded module exist; nothing allocates, syncs or
 // loads during capture). Prompts run eagerly on their own stream, in chunks of up to 2048
 // tokens. Linear layers run through GpuLinear (gpu_linear.h), the one place that maps a format
-// to a kernel through nibble's public API.
+// to a kernel through nibble's public API. Greedy generation (decode_greedy) appends argmax.cu
+// to each replay: the token goes from the logits to the next step's input on the GPU, and the
+// host, which only reads 4 bytes a step, keeps a few steps queued ahead.
 //
 // Precision (chosen to mirror the CPU backend's bf16 mode rounding point by rounding point):
 //   residual stream x, linear outputs, RMSNorm (sum of squares in double), RoPE, softmax,
@@ -71,6 +73,9 @@ constexpr int64_t kPrefillChunk = 2048;
 // cuBLAS workspace per handle; cuBLAS asks for 32 MiB on Hopper. Set explicitly so that no
 // cuBLAS call allocates, which a graph capture would forbid.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// Greedy decode steps queued ahead of the host (decode_greedy): enough that the GPU never waits
+// for the host to read a token and launch the next step.
+constexpr int64_t kGreedyAhead = 4;
 
 enum Phase : int { kPrefill = 0, kDecode = 1 };
 
@@ -228,6 +233,47 @@ class CudaBackend final : public Backend {
       decode_step(tokens[0], pos, logits);
     else
       prefill(tokens, pos, all_logits, logits);
+  }
+
+  // Greedy decoding with the argmax on the GPU (argmax.cu): each step's token goes straight
+  // into d_step_ for the next replay, and the host keeps up to kGreedyAhead steps queued, so
+  // the GPU runs step after step while the host reads each token 4 bytes at a time (instead of
+  // copying and scanning the logits between steps with the GPU idle).
+  void decode_greedy(int32_t token, int64_t pos, int64_t steps,
+                     const std::function<bool(int32_t)>& on_token) override {
+    if (steps <= 0) return;
+    check_forward_positions(steps, pos, max_ctx_);
+    if (token < 0 || token >= c_.vocab_size)
+      detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::decode_greedy: token id " +
+                                                    std::to_string(token) +
+                                                    " is outside the vocabulary");
+    detail::DeviceGuard guard(dev_.index);
+    const Stream s = streams_[kDecode].s;
+    auto* step = static_cast<int32_t*>(h_step_.p);
+    step[0] = token;
+    step[1] = static_cast<int32_t>(pos);
+    auto* d_step = static_cast<int32_t*>(d_step_.data());
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step, step, 8, cudaMemcpyHostToDevice, s));
+    auto* ring = static_cast<int32_t*>(h_greedy_.p);
+    int64_t queued = 0, taken = 0;
+    while (taken < steps) {
+      for (; queued < steps && queued - taken < kGreedyAhead; ++queued) {
+        const auto slot = static_cast<size_t>(queued % kGreedyAhead);
+        if (graph_.exec != nullptr)
+          NIBBLE_CUDA_CHECK(cudaGraphLaunch(graph_.exec, s));
+        else
+          enqueue_decode(s);
+        cuda::launch_argmax(static_cast<const float*>(logits_.data()), c_.vocab_size, d_step,
+                            d_step, static_cast<int*>(argmax_ws_.data()), s);
+        NIBBLE_CUDA_CHECK(cudaMemcpyAsync(ring + slot, d_step, 4, cudaMemcpyDeviceToHost, s));
+        NIBBLE_CUDA_CHECK(cudaEventRecord(greedy_events_.events[slot], s));
+      }
+      const auto slot = static_cast<size_t>(taken % kGreedyAhead);
+      NIBBLE_CUDA_CHECK(cudaEventSynchronize(greedy_events_.events[slot]));
+      ++taken;
+      if (!on_token(ring[slot])) break;
+    }
+    NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));  // steps queued past the last token taken
   }
 
   std::vector<OpTime> profile_decode_step(int32_t token, int64_t pos) override {
@@ -514,6 +560,11 @@ class CudaBackend final : public Backend {
     NIBBLE_CUDA_CHECK(cudaMallocHost(&h_tokens_.p, static_cast<size_t>(m + 1) * 4));
     NIBBLE_CUDA_CHECK(cudaMallocHost(&h_step_.p, 8));
     NIBBLE_CUDA_CHECK(cudaMallocHost(&h_logits_.p, static_cast<size_t>(vocab) * 4));
+    argmax_ws_ = zeros(DType::s32, {cuda::argmax_workspace_ints()});
+    NIBBLE_CUDA_CHECK(cudaMallocHost(&h_greedy_.p, size_t{kGreedyAhead} * 4));
+    greedy_events_.events.resize(kGreedyAhead);
+    for (cudaEvent_t& e : greedy_events_.events)
+      NIBBLE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
     // RoPE angles p·θ^(−2i/hd), in double, stored as f32 (the CPU backend's table).
     const int64_t half = hd / 2;
@@ -815,7 +866,9 @@ class CudaBackend final : public Backend {
   Tensor cos_, sin_;
   Tensor attn_partials_, attn_row_, attn_counters_;
   Tensor d_tokens_, d_step_;
-  PinnedBuffer h_tokens_, h_step_, h_logits_;
+  Tensor argmax_ws_;  // decode_greedy's argmax (argmax_workspace_ints, zero between launches)
+  PinnedBuffer h_tokens_, h_step_, h_logits_, h_greedy_;
+  EventList greedy_events_;  // one per queued greedy step (kGreedyAhead)
   GraphHandles graph_;
   size_t graph_nodes_ = 0;
   EventList attn_events_;  // (start, stop) per layer when timing the prefill attention
