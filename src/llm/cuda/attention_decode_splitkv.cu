@@ -17,19 +17,22 @@
 //   grid (splits = ceil(max_ctx / 64), Hkv), 4 warps. CTA (s, kv head) owns positions
 //   [64s, 64s + 64) ∩ [0, p] for all G query heads of its kv head, so each key and value row is
 //   read once per step. CTAs past p exit at once (the grid is sized for max_ctx so the graph
-//   never changes). Within a CTA, hd/8 lanes share a key (16 bytes of K and of V per lane), so a
-//   warp covers 256/hd keys per step; loads of kUnroll steps are issued before any is used, to
-//   keep enough bytes in flight per SM.
+//   never changes). Within a CTA, hd/8 lanes share a key (16 bytes of K and of V per lane, from
+//   shared memory), so a warp covers 256/hd keys per step.
 //
-//     lane group (hd/8 lanes) ─► key j: 16-byte K, V slices ─► dot per head (shuffle-reduced)
+//     chunk of K, V → shared memory (before the wait) ─► lane group (hd/8 lanes) ─► key j:
+//     16-byte K, V slices ─► dot per head (shuffle-reduced)
 //     ─► online softmax (m, l, acc per head) ─► CTA combine in shared memory (fixed order)
 //     ─► partial (acc[hd], m, l) per (head, split) ─► last CTA of the kv head combines the
 //        splits in split order, a warp per query head, 4 columns a lane ─► out
 //     (int8 output: each kv head's last CTA also adds its heads' max |o| to the row's maximum
 //      with an atomic max, so the last kv head's CTA quantizes the whole row in one pass)
 //
-//   Once p is read, thread 0 asks L2 for the CTA's chunk of the caches (bulk prefetch, sm_90),
-//   so that the DRAM reads overlap the loads and the RoPE of q.
+//   Overlap with the qkv linear (sm_90, programmatic dependent launch): the CTAs start while
+//   the linear streams its weights, read p and copy their chunk's cached rows (below p, written
+//   by earlier steps) into shared memory (cp.async), and only then wait for the linear
+//   (griddepcontrol.wait) to read q, k and v. The new row goes to the cache and to the shared
+//   copy. The o linear after this kernel is let go after the wait, not before (launch()).
 //
 //   "Last CTA" is decided by an atomic arrival counter per kv head (as the split-K GEMMs do):
 //   partials are written, fenced, then counted; the CTA that sees count = active − 1 reads
@@ -50,6 +53,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/launch/pdl_launch.h"
 #include "llm/cuda/activation_store.cuh"
 #include "llm/cuda/kernels.h"
 
@@ -76,7 +80,12 @@ struct DecodeConfig {
   // A partial state record: acc[HD], then m and l, padded to a 16-byte multiple so that the
   // combine reads acc as float4 (kernels.h: decode_attention_partial_floats).
   static constexpr int kRecord = HD + 4;
-  static_assert(kMaxCtx / kChunk * MAXG <= kStates * MAXG * HD, "combine weights must fit");
+  // The shared buffer: the chunk's K and V rows (bf16), then the states' accumulators, then the
+  // split weights of the combine.
+  static constexpr int kKvBytes = 2 * kChunk * HD * 2;
+  static constexpr int kStateBytes = kStates * MAXG * HD * 4;
+  static constexpr int kBufBytes = kKvBytes > kStateBytes ? kKvBytes : kStateBytes;
+  static_assert(kMaxCtx / kChunk * MAXG * 4 <= kBufBytes, "combine weights must fit");
 };
 
 struct DecodeParams {
@@ -117,37 +126,45 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   constexpr int T = Cfg::kLanesPerKey, KPW = Cfg::kKeysPerWarp, S = Cfg::kStates;
   constexpr int U = Cfg::kUnroll, HALF = Cfg::kHalf, R = Cfg::kRecord;
   __shared__ float q_sh[MAXG][HD];
-  // The linear this feeds is launched to overlap it (cuda/launch/pdl_launch.h): let it start
-  // now and prefetch its weights; it still waits for this kernel to finish before reading.
-  nibble::cuda::ptx::griddep_launch_dependents();
-  __shared__ float state_sh[S][MAXG][HD];  // per-state accumulators; later the combine weights
+  // The CTA's chunk of K and V (bf16), loaded before the wait; after the key loop the same bytes
+  // hold the per-state accumulators, and in the split combine the split weights.
+  __shared__ __align__(16) unsigned char buf_sh[Cfg::kBufBytes];
   __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum)
   __shared__ float row_amax_sh;
   __shared__ int last_sh;
+  auto* k_sh = reinterpret_cast<__nv_bfloat16*>(buf_sh);
+  __nv_bfloat16* v_sh = k_sh + kChunk * HD;
+  auto& state_sh = *reinterpret_cast<float(*)[S][MAXG][HD]>(buf_sh);
 
   const int split = blockIdx.x, kv_head = blockIdx.y, G = p.group;
+  // The position and the cached rows below it were written before this graph replay began (by
+  // the host or the previous step's argmax, and by earlier steps), so they are read before the
+  // wait for the qkv linear; everything the linear writes is read after it.
   const int pos = *p.pos;
   const int len = pos + 1;
   const int n_active = (len + kChunk - 1) / kChunk;
   if (split >= n_active) return;
   const int j0 = split * kChunk, j1 = min(j0 + kChunk, len);
+  __nv_bfloat16* kc = p.k_cache + static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
+  __nv_bfloat16* vc = p.v_cache + static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
+  {
+    const int pieces = (min(j1, pos) - j0) * (HD / 8);  // 16-byte pieces of rows j0 .. pos − 1
+    for (int i = threadIdx.x; i < pieces; i += kThreads) {
+      nibble::cuda::ptx::cp_async_16(k_sh + i * 8, kc + int64_t{j0} * HD + i * 8, true);
+      nibble::cuda::ptx::cp_async_16(v_sh + i * 8, vc + int64_t{j0} * HD + i * 8, true);
+    }
+    nibble::cuda::ptx::cp_async_commit();
+  }
+  nibble::cuda::ptx::griddep_wait();
+  // The o linear, launched to overlap this kernel, may now start loading its weights (it waits
+  // for this kernel before reading its output). Not earlier: it would let the linears after it
+  // start too, all of them competing with the qkv linear for memory (see launch()).
+  nibble::cuda::ptx::griddep_launch_dependents();
   const float* q_in = p.qkv + kv_head * G * HD;
   const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
   const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
-  // This CTA's chunk of the caches: ask L2 for it now, so that the DRAM reads overlap the loads
-  // and the RoPE of q below (row `pos` is rewritten below; L2 is the point of coherence, so the
-  // loads after the barrier still see the new row).
-  if (threadIdx.x == 0) {
-    const int64_t off = static_cast<int64_t>(kv_head) * p.s.max_ctx * HD + int64_t{j0} * HD;
-    const auto bytes = static_cast<uint32_t>((j1 - j0) * HD * 2);
-    nibble::cuda::ptx::prefetch_l2(p.k_cache + off, bytes);
-    nibble::cuda::ptx::prefetch_l2(p.v_cache + off, bytes);
-  }
   const float* cs = p.cos + static_cast<int64_t>(pos) * HALF;
   const float* sn = p.sin + static_cast<int64_t>(pos) * HALF;
-  // Plain (coherent) loads below: this CTA may have just written row `pos` of these.
-  __nv_bfloat16* kc = p.k_cache + static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
-  __nv_bfloat16* vc = p.v_cache + static_cast<int64_t>(kv_head) * p.s.max_ctx * HD;
 
   for (int idx = threadIdx.x; idx < G * HALF; idx += kThreads) {
     const int g = idx / HALF, i = idx % HALF;
@@ -156,16 +173,20 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
     q_sh[g][i + HALF] = rope_hi(a, b, cs[i], sn[i]);
   }
   if (split == n_active - 1) {  // this chunk holds the new position: store its k and v
+    __nv_bfloat16* k_new = k_sh + (pos - j0) * HD;
+    __nv_bfloat16* v_new = v_sh + (pos - j0) * HD;
     for (int i = threadIdx.x; i < HALF; i += kThreads) {
       const float a = k_in[i], b = k_in[i + HALF];
-      kc[static_cast<int64_t>(pos) * HD + i] = __float2bfloat16_rn(rope_lo(a, b, cs[i], sn[i]));
-      kc[static_cast<int64_t>(pos) * HD + i + HALF] =
-          __float2bfloat16_rn(rope_hi(a, b, cs[i], sn[i]));
+      const __nv_bfloat16 lo = __float2bfloat16_rn(rope_lo(a, b, cs[i], sn[i]));
+      const __nv_bfloat16 hi = __float2bfloat16_rn(rope_hi(a, b, cs[i], sn[i]));
+      kc[static_cast<int64_t>(pos) * HD + i] = k_new[i] = lo;
+      kc[static_cast<int64_t>(pos) * HD + i + HALF] = k_new[i + HALF] = hi;
     }
     for (int i = threadIdx.x; i < HD; i += kThreads)
-      vc[static_cast<int64_t>(pos) * HD + i] = __float2bfloat16_rn(v_in[i]);
+      vc[static_cast<int64_t>(pos) * HD + i] = v_new[i] = __float2bfloat16_rn(v_in[i]);
   }
-  __syncthreads();  // q_sh ready; the new K/V row visible to the whole CTA
+  nibble::cuda::ptx::cp_async_wait<0>();
+  __syncthreads();  // q_sh, the cached rows and the new row ready for the whole CTA
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_group = lane / T, d0 = (lane % T) * 8;
@@ -193,8 +214,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
       const int j = base + u * Cfg::kKeysPerStep + key_group;
       valid[u] = j < j1;
       if (valid[u]) {
-        kr[u] = *reinterpret_cast<const uint4*>(kc + static_cast<int64_t>(j) * HD + d0);
-        vr[u] = *reinterpret_cast<const uint4*>(vc + static_cast<int64_t>(j) * HD + d0);
+        kr[u] = *reinterpret_cast<const uint4*>(k_sh + (j - j0) * HD + d0);
+        vr[u] = *reinterpret_cast<const uint4*>(v_sh + (j - j0) * HD + d0);
       } else {
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       }
@@ -239,7 +260,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
     }
   }
 
-  // CTA combine: the S = warps × keys-per-warp states, in state order.
+  // CTA combine: the S = warps × keys-per-warp states, in state order (in the K/V buffer, once
+  // every warp is past its last key).
+  __syncthreads();
   const int st = warp * KPW + key_group;
 #pragma unroll
   for (int g = 0; g < MAXG; ++g) {
@@ -291,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   // before the weighted sum needs it: the records are L2 hits, and one round trip per split (the
   // first version: 4 columns a thread, one at a time) made this tail most of the kernel's time
   // at long contexts.
-  float* w_sh = &state_sh[0][0][0];  // (G, n_active) split weights exp(m_s − M)
+  auto* w_sh = reinterpret_cast<float*>(buf_sh);  // (G, n_active) split weights exp(m_s − M)
   const bool to_int8 = p.out.kind == ActKind::s8_per_token;
   constexpr int kColLanes = HD / 4, kSplitLanes = 32 / kColLanes;
   for (int g = warp; g < G; g += kWarps) {
@@ -398,12 +421,14 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
 template <int HD, int MAXG>
 void launch(const DecodeParams& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.s.n_kv_heads));
-  // Launched plainly: launched to overlap the qkv linear (each CTA asking L2 for its chunk of
-  // the caches before waiting), the W4A8 decode step at a 2048-token context was 8% slower
-  // (H100, 2026-11-24; cause not measured: at that context its 264 CTAs wait in SM slots that
-  // the linear's CTAs could use).
-  attention_decode_kernel<HD, MAXG><<<grid, kThreads, 0, stream>>>(p);
-  NIBBLE_CUDA_CHECK_LAUNCH();
+  // Launched to overlap the qkv linear (sm_90+): the CTAs load their chunk of the cache while
+  // the linear streams its weights, and wait for it only before reading q, k and v. A first
+  // try (commit 44934cc: an L2 prefetch before the wait, and the dependents let go at the
+  // kernel's start) made the W4A8 step 8% slower; letting them go only after the wait keeps
+  // the o linear and the kernels after it from starting during the qkv linear.
+  const bool overlap = nibble::cuda::overlapping_launch_allowed_here();
+  nibble::cuda::launch_overlapping(attention_decode_kernel<HD, MAXG>, grid, dim3(kThreads), 0,
+                                   stream, overlap, 1u, p);
 }
 
 template <int HD>
