@@ -223,16 +223,27 @@ class CudaBackend final : public Backend {
                std::vector<float>& logits) override {
     const auto m = static_cast<int64_t>(tokens.size());
     check_forward_positions(m, pos, max_ctx_);
-    for (const int32_t id : tokens)
-      if (id < 0 || id >= c_.vocab_size)
-        detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::forward: token id " +
-                                                      std::to_string(id) +
-                                                      " is outside the vocabulary");
+    for (const int32_t id : tokens) check_token_id(id, "forward");
     detail::DeviceGuard guard(dev_.index);
     if (m == 1)
       decode_step(tokens[0], pos, logits);
     else
       prefill(tokens, pos, all_logits, logits);
+  }
+
+  void check_token_id(int32_t id, const char* who) const {
+    if (id < 0 || id >= c_.vocab_size)
+      detail::fail(ErrorCode::invalid_argument, std::string("nibble::llm::Backend::") + who +
+                                                    ": token id " + std::to_string(id) +
+                                                    " is outside the vocabulary");
+  }
+
+  // The decode graph's input: the token and its position, into d_step_ on stream s.
+  void set_decode_input(int32_t token, int64_t pos, Stream s) {
+    auto* step = static_cast<int32_t*>(h_step_.p);
+    step[0] = token;
+    step[1] = static_cast<int32_t>(pos);
+    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
   }
 
   // Greedy decoding with the argmax on the GPU (argmax.cu): each step's token goes straight
@@ -243,26 +254,17 @@ class CudaBackend final : public Backend {
                      const std::function<bool(int32_t)>& on_token) override {
     if (steps <= 0) return;
     check_forward_positions(steps, pos, max_ctx_);
-    if (token < 0 || token >= c_.vocab_size)
-      detail::fail(ErrorCode::invalid_argument, "nibble::llm::Backend::decode_greedy: token id " +
-                                                    std::to_string(token) +
-                                                    " is outside the vocabulary");
+    check_token_id(token, "decode_greedy");
     detail::DeviceGuard guard(dev_.index);
     const Stream s = streams_[kDecode].s;
-    auto* step = static_cast<int32_t*>(h_step_.p);
-    step[0] = token;
-    step[1] = static_cast<int32_t>(pos);
+    set_decode_input(token, pos, s);
     auto* d_step = static_cast<int32_t*>(d_step_.data());
-    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step, step, 8, cudaMemcpyHostToDevice, s));
     auto* ring = static_cast<int32_t*>(h_greedy_.p);
     int64_t queued = 0, taken = 0;
     while (taken < steps) {
       for (; queued < steps && queued - taken < kGreedyAhead; ++queued) {
         const auto slot = static_cast<size_t>(queued % kGreedyAhead);
-        if (graph_.exec != nullptr)
-          NIBBLE_CUDA_CHECK(cudaGraphLaunch(graph_.exec, s));
-        else
-          enqueue_decode(s);
+        replay_decode(s);
         cuda::launch_argmax(static_cast<const float*>(logits_.data()), c_.vocab_size, d_step,
                             d_step, static_cast<int*>(argmax_ws_.data()), s);
         NIBBLE_CUDA_CHECK(cudaMemcpyAsync(ring + slot, d_step, 4, cudaMemcpyDeviceToHost, s));
@@ -278,16 +280,10 @@ class CudaBackend final : public Backend {
 
   std::vector<OpTime> profile_decode_step(int32_t token, int64_t pos) override {
     check_forward_positions(1, pos, max_ctx_);
-    if (token < 0 || token >= c_.vocab_size)
-      detail::fail(ErrorCode::invalid_argument,
-                   "nibble::llm::Backend::profile_decode_step: token id " + std::to_string(token) +
-                       " is outside the vocabulary");
+    check_token_id(token, "profile_decode_step");
     detail::DeviceGuard guard(dev_.index);
     const Stream s = streams_[kDecode].s;
-    auto* step = static_cast<int32_t*>(h_step_.p);
-    step[0] = token;
-    step[1] = static_cast<int32_t>(pos);
-    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
+    set_decode_input(token, pos, s);
     // 50 ms: far longer than enqueueing a step (a few hundred launches and events) takes.
     cuda::launch_gpu_wait(50'000'000, s);
     ProfileMarks marks;
@@ -593,10 +589,7 @@ class CudaBackend final : public Backend {
   // overwrites) so that everything the step uses exists, then its capture.
   void capture_decode_graph() {
     const Stream s = streams_[kDecode].s;
-    auto* step = static_cast<int32_t*>(h_step_.p);
-    step[0] = 0;
-    step[1] = 0;
-    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
+    set_decode_input(0, 0, s);
     enqueue_decode(s);
     NIBBLE_CUDA_CHECK(cudaStreamSynchronize(s));
     NIBBLE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -766,16 +759,18 @@ class CudaBackend final : public Backend {
     enqueue_head(1, 1, static_cast<float*>(logits_.data()), s, blas_[kDecode].h);
   }
 
-  void decode_step(int32_t token, int64_t pos, std::vector<float>& logits) {
-    const Stream s = streams_[kDecode].s;
-    auto* step = static_cast<int32_t*>(h_step_.p);
-    step[0] = token;
-    step[1] = static_cast<int32_t>(pos);
-    NIBBLE_CUDA_CHECK(cudaMemcpyAsync(d_step_.data(), step, 8, cudaMemcpyHostToDevice, s));
+  // One decode step from d_step_: the captured graph, or its launches one by one without it.
+  void replay_decode(Stream s) {
     if (graph_.exec != nullptr)
       NIBBLE_CUDA_CHECK(cudaGraphLaunch(graph_.exec, s));
     else
       enqueue_decode(s);
+  }
+
+  void decode_step(int32_t token, int64_t pos, std::vector<float>& logits) {
+    const Stream s = streams_[kDecode].s;
+    set_decode_input(token, pos, s);
+    replay_decode(s);
     const auto vocab = static_cast<size_t>(c_.vocab_size);
     NIBBLE_CUDA_CHECK(
         cudaMemcpyAsync(h_logits_.p, logits_.data(), vocab * 4, cudaMemcpyDeviceToHost, s));
