@@ -1,5 +1,5 @@
 // The LLM runner's decode-step kernels that are not linear layers (add_rmsnorm, swiglu, the
-// split-KV decode attention), timed alone at Llama-3-8B sizes, batch 1, against an empty
+// decode attention: split-KV and cluster kernels), timed alone at Llama-3-8B sizes, batch 1, against an empty
 // kernel: how much of each op's time in a decode step (bench-model --profile-decode) is the
 // kernel itself and how much is the launch floor, with warm and with cold caches.
 //
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -175,16 +176,22 @@ int run(int argc, char** argv) {  // main's body
     std::snprintf(name, sizeof name, "swiglu f=14336 -> %s", to_string(k));
     report(name, [&, k](cudaStream_t st) { launch_swiglu(gu, 1, f, out_of(k, f), st); });
   }
-  for (int p : {16, 80, 1024, 2047}) {
-    CHECK(cudaMemcpy(pos, &p, 4, cudaMemcpyHostToDevice));
-    for (ActKind k : {ActKind::bf16, ActKind::s8_per_token}) {
-      char name[80];
-      std::snprintf(name, sizeof name, "attention_decode pos=%d -> %s", p, to_string(k));
-      report(name, [&, k](cudaStream_t st) {
-        launch_attention_decode(qkv, pos, shape, cosv, sinv, kc, vc, ws, out_of(k, 32 * 128), st);
-      });
+  // Both decode-attention kernels (NIBBLE_DECODE_ATTENTION_KERNEL; the cluster one needs sm_90).
+  for (const char* kernel : {"splitkv", "cluster"}) {
+    if (std::strcmp(kernel, "cluster") == 0 && prop.major < 9) continue;
+    setenv("NIBBLE_DECODE_ATTENTION_KERNEL", kernel, 1);
+    for (int p : {16, 80, 1024, 2047}) {
+      CHECK(cudaMemcpy(pos, &p, 4, cudaMemcpyHostToDevice));
+      for (ActKind k : {ActKind::bf16, ActKind::s8_per_token}) {
+        char name[80];
+        std::snprintf(name, sizeof name, "attention %s pos=%d -> %s", kernel, p, to_string(k));
+        report(name, [&, k](cudaStream_t st) {
+          launch_attention_decode(qkv, pos, shape, cosv, sinv, kc, vc, ws, out_of(k, 32 * 128), st);
+        });
+      }
     }
   }
+  unsetenv("NIBBLE_DECODE_ATTENTION_KERNEL");
   CHECK(cudaDeviceSynchronize());
   if (dump != nullptr) std::fclose(dump);
   return 0;

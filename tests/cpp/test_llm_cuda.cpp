@@ -466,79 +466,87 @@ std::vector<double> attention_reference(const std::vector<float>& q, int64_t m,
   return out;
 }
 
+// Both decode kernels (the split-KV one, and on sm_90+ the cluster one) on lengths that leave
+// most of a cluster's CTAs without keys (1, 3), end inside a ring stage (17, 100), and need
+// the ring to refill after the wait (5000: > 16·5·32 keys a kv head).
 TEST(LlmCudaKernels, AttentionDecodeMatchesAFloat64Reference) {
   NIBBLE_REQUIRE_GPU();
   nibble::test::Rng rng;
-  const int64_t max_ctx = 1024;
-  for (const HeadShape& h : kHeadShapes)
-    for (int64_t len : {1, 17, 100, 1000}) {
-      SCOPED_TRACE(std::to_string(h.n_heads) + "/" + std::to_string(h.n_kv_heads) + "x" +
-                   std::to_string(h.head_dim) + " length " + std::to_string(len));
-      const int64_t hd = h.head_dim, qd = h.n_heads * hd, kvd = h.n_kv_heads * hd, pos = len - 1;
-      const AttentionShape s = shape_of(h, max_ctx);
-      std::vector<float> cs, sn;
-      rope_tables(max_ctx, h.head_dim, 500000.0, cs, sn);
-      const auto qkv = normals(static_cast<size_t>(s.qkv_ld()), rng);
-      // Keys and values before the new position are random; from it on NaN, which the kernel
-      // must overwrite (row pos) or never read (beyond).
-      std::vector<uint16_t> kc(static_cast<size_t>(kvd * max_ctx), kBf16NaN), vc = kc;
-      for (int kvh = 0; kvh < h.n_kv_heads; ++kvh)
-        for (int64_t j = 0; j < pos; ++j)
+  const int64_t max_ctx = 5120;
+  std::vector<std::string> kernels = {"splitkv"};
+  if (nibble::cuda_device_info(0).cc_major >= 9) kernels.push_back("cluster");
+  for (const std::string& kernel : kernels) {
+    for (const HeadShape& h : kHeadShapes)
+      for (int64_t len : {1, 3, 17, 100, 1000, 5000}) {
+        const ScopedEnv force("NIBBLE_DECODE_ATTENTION_KERNEL", kernel);
+        SCOPED_TRACE(kernel + " " + std::to_string(h.n_heads) + "/" + std::to_string(h.n_kv_heads) +
+                     "x" + std::to_string(h.head_dim) + " length " + std::to_string(len));
+        const int64_t hd = h.head_dim, qd = h.n_heads * hd, kvd = h.n_kv_heads * hd, pos = len - 1;
+        const AttentionShape s = shape_of(h, max_ctx);
+        std::vector<float> cs, sn;
+        rope_tables(max_ctx, h.head_dim, 500000.0, cs, sn);
+        const auto qkv = normals(static_cast<size_t>(s.qkv_ld()), rng);
+        // Keys and values before the new position are random; from it on NaN, which the kernel
+        // must overwrite (row pos) or never read (beyond).
+        std::vector<uint16_t> kc(static_cast<size_t>(kvd * max_ctx), kBf16NaN), vc = kc;
+        for (int kvh = 0; kvh < h.n_kv_heads; ++kvh)
+          for (int64_t j = 0; j < pos; ++j)
+            for (int64_t i = 0; i < hd; ++i) {
+              kc[static_cast<size_t>((kvh * max_ctx + j) * hd + i)] = f32_to_bf16_bits(static_cast<float>(rng.normal()));
+              vc[static_cast<size_t>((kvh * max_ctx + j) * hd + i)] = f32_to_bf16_bits(static_cast<float>(rng.normal()));
+            }
+        // The host's RoPE of q and k, and the expected new cache rows.
+        std::vector<float> row = qkv;
+        for (int head = 0; head < h.n_heads + h.n_kv_heads; ++head)
+          rope_head(row.data() + head * hd, h.head_dim, cs.data() + pos * hd / 2, sn.data() + pos * hd / 2);
+        std::vector<uint16_t> kc_ref = kc, vc_ref = vc;
+        for (int kvh = 0; kvh < h.n_kv_heads; ++kvh)
           for (int64_t i = 0; i < hd; ++i) {
-            kc[static_cast<size_t>((kvh * max_ctx + j) * hd + i)] = f32_to_bf16_bits(static_cast<float>(rng.normal()));
-            vc[static_cast<size_t>((kvh * max_ctx + j) * hd + i)] = f32_to_bf16_bits(static_cast<float>(rng.normal()));
+            kc_ref[static_cast<size_t>((kvh * max_ctx + pos) * hd + i)] = f32_to_bf16_bits(row[static_cast<size_t>(qd + kvh * hd + i)]);
+            vc_ref[static_cast<size_t>((kvh * max_ctx + pos) * hd + i)] = f32_to_bf16_bits(row[static_cast<size_t>(qd + kvd + kvh * hd + i)]);
           }
-      // The host's RoPE of q and k, and the expected new cache rows.
-      std::vector<float> row = qkv;
-      for (int head = 0; head < h.n_heads + h.n_kv_heads; ++head)
-        rope_head(row.data() + head * hd, h.head_dim, cs.data() + pos * hd / 2, sn.data() + pos * hd / 2);
-      std::vector<uint16_t> kc_ref = kc, vc_ref = vc;
-      for (int kvh = 0; kvh < h.n_kv_heads; ++kvh)
-        for (int64_t i = 0; i < hd; ++i) {
-          kc_ref[static_cast<size_t>((kvh * max_ctx + pos) * hd + i)] = f32_to_bf16_bits(row[static_cast<size_t>(qd + kvh * hd + i)]);
-          vc_ref[static_cast<size_t>((kvh * max_ctx + pos) * hd + i)] = f32_to_bf16_bits(row[static_cast<size_t>(qd + kvd + kvh * hd + i)]);
-        }
-      const std::vector<float> q_rot(row.begin(), row.begin() + qd);
-      const auto ref = attention_reference(q_rot, 1, {pos}, h, kc_ref, vc_ref, max_ctx);
+        const std::vector<float> q_rot(row.begin(), row.begin() + qd);
+        const auto ref = attention_reference(q_rot, 1, {pos}, h, kc_ref, vc_ref, max_ctx);
 
-      Tensor qkv_d = device_copy(qkv, DType::f32), cs_d = device_copy(cs, DType::f32),
-             sn_d = device_copy(sn, DType::f32), pos_d = device_copy(std::vector<int32_t>{static_cast<int32_t>(pos)}, DType::s32);
-      Tensor kc_d = device_copy(kc, DType::bf16), vc_d = device_copy(vc, DType::bf16);
-      Tensor partials(DType::f32, {cuda::decode_attention_partial_floats(s)}, Device::cuda());
-      Tensor row_f32(DType::f32, {qd}, Device::cuda());
-      Tensor counters = device_copy(std::vector<int32_t>(static_cast<size_t>(cuda::decode_attention_counter_ints(s)), 0), DType::s32);
-      cuda::DecodeAttentionWorkspace ws;
-      ws.partials = static_cast<float*>(partials.data());
-      ws.row_f32 = static_cast<float*>(row_f32.data());
-      ws.counters = static_cast<int*>(counters.data());
-      const int64_t ld = qd + 16;
-      Tensor f32_out(DType::f32, {1, ld}, Device::cuda()), f32_again(DType::f32, {1, ld}, Device::cuda());
-      Tensor b_out(DType::bf16, {1, ld}, Device::cuda()), q_out(DType::s8, {1, ld}, Device::cuda());
-      Tensor scales(DType::f32, {1}, Device::cuda());
-      auto run = [&](ActKind kind, Tensor& out) {
-        cuda::launch_attention_decode(static_cast<float*>(qkv_d.data()), static_cast<int32_t*>(pos_d.data()), s,
-                                      static_cast<float*>(cs_d.data()), static_cast<float*>(sn_d.data()),
-                                      static_cast<uint16_t*>(kc_d.data()), static_cast<uint16_t*>(vc_d.data()),
-                                      ws, act_out(kind, out, ld, &scales), nullptr);
-      };
-      // The same poison in both: the 16 columns past qd are never written and must match too.
-      f32_out.fill_bytes(0xFF);
-      f32_again.fill_bytes(0xFF);
-      run(ActKind::f32, f32_out);
-      run(ActKind::f32, f32_again);
-      run(ActKind::bf16, b_out);
-      run(ActKind::s8_per_token, q_out);
-      EXPECT_EQ(host_copy<uint16_t>(kc_d), kc_ref);
-      EXPECT_EQ(host_copy<uint16_t>(vc_d), vc_ref);
-      const auto got = host_copy<float>(f32_out);
-      EXPECT_EQ(host_copy<uint32_t>(f32_out), host_copy<uint32_t>(f32_again)) << "not deterministic";
-      const std::vector<float> head_out(got.begin(), got.begin() + qd);
-      EXPECT_LT(rel_frob(head_out, ref), 2e-5);
-      const auto got_b = host_copy<uint16_t>(b_out);
-      for (int64_t i = 0; i < qd; ++i) ASSERT_EQ(got_b[static_cast<size_t>(i)], f32_to_bf16_bits(got[static_cast<size_t>(i)]));
-      expect_int8_matches_quantize_activation(f32_out, 1, qd, ld, q_out, scales);
-      for (int32_t c : host_copy<int32_t>(counters)) EXPECT_EQ(c, 0) << "arrival counters not reset";
-    }
+        Tensor qkv_d = device_copy(qkv, DType::f32), cs_d = device_copy(cs, DType::f32),
+               sn_d = device_copy(sn, DType::f32), pos_d = device_copy(std::vector<int32_t>{static_cast<int32_t>(pos)}, DType::s32);
+        Tensor kc_d = device_copy(kc, DType::bf16), vc_d = device_copy(vc, DType::bf16);
+        Tensor partials(DType::f32, {cuda::decode_attention_partial_floats(s)}, Device::cuda());
+        Tensor row_f32(DType::f32, {qd}, Device::cuda());
+        Tensor counters = device_copy(std::vector<int32_t>(static_cast<size_t>(cuda::decode_attention_counter_ints(s)), 0), DType::s32);
+        cuda::DecodeAttentionWorkspace ws;
+        ws.partials = static_cast<float*>(partials.data());
+        ws.row_f32 = static_cast<float*>(row_f32.data());
+        ws.counters = static_cast<int*>(counters.data());
+        const int64_t ld = qd + 16;
+        Tensor f32_out(DType::f32, {1, ld}, Device::cuda()), f32_again(DType::f32, {1, ld}, Device::cuda());
+        Tensor b_out(DType::bf16, {1, ld}, Device::cuda()), q_out(DType::s8, {1, ld}, Device::cuda());
+        Tensor scales(DType::f32, {1}, Device::cuda());
+        auto run = [&](ActKind kind, Tensor& out) {
+          cuda::launch_attention_decode(static_cast<float*>(qkv_d.data()), static_cast<int32_t*>(pos_d.data()), s,
+                                        static_cast<float*>(cs_d.data()), static_cast<float*>(sn_d.data()),
+                                        static_cast<uint16_t*>(kc_d.data()), static_cast<uint16_t*>(vc_d.data()),
+                                        ws, act_out(kind, out, ld, &scales), nullptr);
+        };
+        // The same poison in both: the 16 columns past qd are never written and must match too.
+        f32_out.fill_bytes(0xFF);
+        f32_again.fill_bytes(0xFF);
+        run(ActKind::f32, f32_out);
+        run(ActKind::f32, f32_again);
+        run(ActKind::bf16, b_out);
+        run(ActKind::s8_per_token, q_out);
+        EXPECT_EQ(host_copy<uint16_t>(kc_d), kc_ref);
+        EXPECT_EQ(host_copy<uint16_t>(vc_d), vc_ref);
+        const auto got = host_copy<float>(f32_out);
+        EXPECT_EQ(host_copy<uint32_t>(f32_out), host_copy<uint32_t>(f32_again)) << "not deterministic";
+        const std::vector<float> head_out(got.begin(), got.begin() + qd);
+        EXPECT_LT(rel_frob(head_out, ref), 2e-5);
+        const auto got_b = host_copy<uint16_t>(b_out);
+        for (int64_t i = 0; i < qd; ++i) ASSERT_EQ(got_b[static_cast<size_t>(i)], f32_to_bf16_bits(got[static_cast<size_t>(i)]));
+        expect_int8_matches_quantize_activation(f32_out, 1, qd, ld, q_out, scales);
+        for (int32_t c : host_copy<int32_t>(counters)) EXPECT_EQ(c, 0) << "arrival counters not reset";
+      }
+  }
 }
 
 TEST(LlmCudaKernels, AttentionPrefillMatchesAFloat64Reference) {

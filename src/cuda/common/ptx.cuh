@@ -190,18 +190,43 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return rank;
 }
 
-/// The 4 bytes at `local` (a shared-memory address of this CTA) in the shared memory of the
-/// cluster's CTA `rank` (distributed shared memory).
-__device__ __forceinline__ uint32_t ld_shared_cluster_u32(uint32_t local, uint32_t rank) {
-  uint32_t v = 0;
+/// The address of `local` (a shared-memory address of this CTA) in the shared memory of the
+/// cluster's CTA `rank` (distributed shared memory; offsets from it stay in that CTA's window).
+__device__ __forceinline__ uint32_t map_shared_cluster(uint32_t local, uint32_t rank) {
+  uint32_t remote = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
 #else
   (void)local, (void)rank;
 #endif
+  return remote;
+}
+
+/// The 4 bytes at `remote`, an address from map_shared_cluster.
+__device__ __forceinline__ uint32_t ld_shared_cluster_u32(uint32_t remote) {
+  uint32_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.u32 %0, [%1];\n" : "=r"(v) : "r"(remote) : "memory");
+#else
+  (void)remote;
+#endif
   return v;
+}
+
+/// Stores 4 bytes at `remote`, an address from map_shared_cluster. Visible to that CTA after the
+/// next cluster_sync.
+__device__ __forceinline__ void st_shared_cluster_u32(uint32_t remote, uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(remote), "r"(v) : "memory");
+#else
+  (void)remote, (void)v;
+#endif
+}
+
+/// The 4 bytes at `local` (a shared-memory address of this CTA) in the shared memory of the
+/// cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t ld_shared_cluster_u32(uint32_t local, uint32_t rank) {
+  return ld_shared_cluster_u32(map_shared_cluster(local, rank));
 }
 
 }  // namespace nibble::cuda::ptx

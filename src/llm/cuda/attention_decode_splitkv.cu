@@ -1,6 +1,9 @@
 // attention_decode_splitkv — one decode step of grouped-query attention, split over the KV length
 // (flash decoding), with RoPE and the KV-cache store of the new token fused in front and a
-// deterministic combine at the end: one launch per layer.
+// deterministic combine at the end: one launch per layer. The decode attention of sm_80/86/89;
+// on sm_90+ launch_attention_decode runs attention_decode_cluster.cu instead (its thread-block
+// clusters combine the splits without L2 round trips); NIBBLE_DECODE_ATTENTION_KERNEL=splitkv
+// forces this kernel there too.
 //
 //   p = *pos (the new token's position, read from device memory: one CUDA graph serves every
 //   step); per head h (kv head h / G, G = Hq/Hkv):
@@ -55,16 +58,20 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/launch/pdl_launch.h"
 #include "llm/cuda/activation_store.cuh"
+#include "llm/cuda/attention_decode_common.cuh"
 #include "llm/cuda/kernels.h"
 
 namespace nibble::llm::cuda {
 
 namespace {
 
+using decode_attention::kMaxGroup;
+using decode_attention::OnlineSoftmax;
+using decode_attention::Params;
+
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = kDecodeAttentionChunk;
-constexpr int kMaxGroup = 8;
 constexpr int kMaxCtx = 65536;
 
 template <int HD, int MAXG>
@@ -76,7 +83,6 @@ struct DecodeConfig {
   // Loads issued ahead: 4 steps (8 KB of K and V per CTA in flight at hd = 128); 2 with G = 8,
   // whose per-head accumulators leave fewer registers.
   static constexpr int kUnroll = MAXG >= 8 ? 2 : 4;
-  static constexpr int kHalf = HD / 2;
   // A partial state record: acc[HD], then m and l, padded to a 16-byte multiple so that the
   // combine reads acc as float4 (kernels.h: decode_attention_partial_floats).
   static constexpr int kRecord = HD + 4;
@@ -88,49 +94,16 @@ struct DecodeConfig {
   static_assert(kMaxCtx / kChunk * MAXG * 4 <= kBufBytes, "combine weights must fit");
 };
 
-struct DecodeParams {
-  const float* qkv;
-  const int32_t* pos;
-  AttentionShape s;
-  const float* cos;
-  const float* sin;
-  __nv_bfloat16* k_cache;
-  __nv_bfloat16* v_cache;
-  DecodeAttentionWorkspace ws;
-  ActOutput out;
-  int splits;
-  int group;
-  float scale;  // 1/sqrt(hd)
-};
-
-__device__ __forceinline__ float rope_lo(float a, float b, float cs, float sn) {
-  return __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-}
-__device__ __forceinline__ float rope_hi(float a, float b, float cs, float sn) {
-  return __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
-}
-
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[8]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-
 template <int HD, int MAXG>
-__global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams p) {
+__global__ void __launch_bounds__(kThreads) attention_decode_splitkv_kernel(Params p) {
   using Cfg = DecodeConfig<HD, MAXG>;
   constexpr int T = Cfg::kLanesPerKey, KPW = Cfg::kKeysPerWarp, S = Cfg::kStates;
-  constexpr int U = Cfg::kUnroll, HALF = Cfg::kHalf, R = Cfg::kRecord;
+  constexpr int U = Cfg::kUnroll, R = Cfg::kRecord;
   __shared__ float q_sh[MAXG][HD];
   // The CTA's chunk of K and V (bf16), loaded before the wait; after the key loop the same bytes
   // hold the per-state accumulators, and in the split combine the split weights.
   __shared__ __align__(16) unsigned char buf_sh[Cfg::kBufBytes];
   __shared__ float ml_sh[S][MAXG][2];      // per-state (max, sum)
-  __shared__ float row_amax_sh;
   __shared__ int last_sh;
   auto* k_sh = reinterpret_cast<__nv_bfloat16*>(buf_sh);
   __nv_bfloat16* v_sh = k_sh + kChunk * HD;
@@ -160,31 +133,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   // for this kernel before reading its output). Not earlier: it would let the linears after it
   // start too, all of them competing with the qkv linear for memory (see launch()).
   nibble::cuda::ptx::griddep_launch_dependents();
-  const float* q_in = p.qkv + kv_head * G * HD;
-  const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
-  const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
-  const float* cs = p.cos + static_cast<int64_t>(pos) * HALF;
-  const float* sn = p.sin + static_cast<int64_t>(pos) * HALF;
-
-  for (int idx = threadIdx.x; idx < G * HALF; idx += kThreads) {
-    const int g = idx / HALF, i = idx % HALF;
-    const float a = q_in[g * HD + i], b = q_in[g * HD + i + HALF];
-    q_sh[g][i] = rope_lo(a, b, cs[i], sn[i]);
-    q_sh[g][i + HALF] = rope_hi(a, b, cs[i], sn[i]);
-  }
-  if (split == n_active - 1) {  // this chunk holds the new position: store its k and v
-    __nv_bfloat16* k_new = k_sh + (pos - j0) * HD;
-    __nv_bfloat16* v_new = v_sh + (pos - j0) * HD;
-    for (int i = threadIdx.x; i < HALF; i += kThreads) {
-      const float a = k_in[i], b = k_in[i + HALF];
-      const __nv_bfloat16 lo = __float2bfloat16_rn(rope_lo(a, b, cs[i], sn[i]));
-      const __nv_bfloat16 hi = __float2bfloat16_rn(rope_hi(a, b, cs[i], sn[i]));
-      kc[static_cast<int64_t>(pos) * HD + i] = k_new[i] = lo;
-      kc[static_cast<int64_t>(pos) * HD + i + HALF] = k_new[i + HALF] = hi;
-    }
-    for (int i = threadIdx.x; i < HD; i += kThreads)
-      vc[static_cast<int64_t>(pos) * HD + i] = v_new[i] = __float2bfloat16_rn(v_in[i]);
-  }
+  decode_attention::rotate_queries<HD, MAXG, kThreads>(p, kv_head, pos, q_sh);
+  if (split == n_active - 1)  // this chunk holds the new position: store its k and v
+    decode_attention::store_new_row<HD, kThreads>(p, kv_head, pos, k_sh + (pos - j0) * HD,
+                                                  v_sh + (pos - j0) * HD);
   nibble::cuda::ptx::cp_async_wait<0>();
   __syncthreads();  // q_sh, the cached rows and the new row ready for the whole CTA
 
@@ -195,14 +147,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
   for (int g = 0; g < MAXG; ++g)
 #pragma unroll
     for (int e = 0; e < 8; ++e) q[g][e] = g < G ? q_sh[g][d0 + e] : 0.0f;
-  float m[MAXG], l[MAXG], acc[MAXG][8];
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
+  OnlineSoftmax<HD, MAXG, false> st;
+  st.init();
 
   // `base` is warp-uniform (the shuffles below need every lane); each lane group's key is
   // base + key_group + u·(keys per CTA step).
@@ -220,58 +166,21 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
         kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       }
     }
-    float sc[U][MAXG];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float kf[8];
-      unpack8(kr[u], kf);
-#pragma unroll
-      for (int g = 0; g < MAXG; ++g) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dot += q[g][e] * kf[e];
-#pragma unroll
-        for (int off = T / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(kFullMask, dot, off);
-        sc[u][g] = valid[u] ? dot * p.scale : -INFINITY;
-      }
-    }
-    float vf[U][8];
-#pragma unroll
-    for (int u = 0; u < U; ++u) unpack8(vr[u], vf[u]);
-#pragma unroll
-    for (int g = 0; g < MAXG; ++g) {
-      if (g >= G) continue;
-      float mx = m[g];
-#pragma unroll
-      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
-      if (mx == -INFINITY) continue;  // no key of this lane group yet
-      const float corr = expf(m[g] - mx);  // 0 when m was −inf
-      l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const float pe = expf(sc[u][g] - mx);  // 0 for masked keys
-        l[g] += pe;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] += pe * vf[u][e];
-      }
-      m[g] = mx;
-    }
+    st.add_keys<U>(q, kr, vr, valid, G, p.scale);
   }
 
   // CTA combine: the S = warps × keys-per-warp states, in state order (in the K/V buffer, once
   // every warp is past its last key).
   __syncthreads();
-  const int st = warp * KPW + key_group;
+  const int state = warp * KPW + key_group;
 #pragma unroll
   for (int g = 0; g < MAXG; ++g) {
     if (g >= G) continue;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) state_sh[st][g][d0 + e] = acc[g][e];
+    for (int e = 0; e < 8; ++e) state_sh[state][g][d0 + e] = st.acc[g][e];
     if (d0 == 0) {
-      ml_sh[st][g][0] = m[g];
-      ml_sh[st][g][1] = l[g];
+      ml_sh[state][g][0] = st.m[g];
+      ml_sh[state][g][1] = st.l[g];
     }
   }
   __syncthreads();
@@ -362,64 +271,16 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(DecodeParams
         for (int e = 0; e < 4; ++e) store_float_act(p.out, 0, col + e, o[e]);
       }
     }
-    // max |o| of the row so far: non-negative (never NaN: fmaxf drops NaN, as
-    // quantize_activation's amax does), so its bits order as unsigned integers.
     for (int off = 16; off > 0; off >>= 1)
       amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, off));
-    if (to_int8 && lane == 0)
-      atomicMax(reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]),
-                __float_as_uint(amax));
+    if (to_int8 && lane == 0) decode_attention::max_into_row_amax(p, amax);
   }
-  if (!to_int8) return;
-
   // int8 output: the row's scale spans every head, so the last kv head to finish quantizes it.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int arrived = atomicAdd(&p.ws.counters[p.s.n_kv_heads], 1);
-    last_sh = arrived == p.s.n_kv_heads - 1;
-    if (last_sh) p.ws.counters[p.s.n_kv_heads] = 0;
-  }
-  __syncthreads();
-  if (!last_sh) return;
-  __threadfence();
-  // Every head's outputs and maxima are in (arrivals are fenced): one pass quantizes the row,
-  // with all of a thread's loads of the f32 row in flight at once (L2 round trips are what a
-  // one-CTA tail costs; the first version's two passes of one value per trip were ~10 µs).
-  if (threadIdx.x == 0) {
-    unsigned* amax_bits = reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]);
-    row_amax_sh = __uint_as_float(__ldcg(amax_bits));
-    *amax_bits = 0u;  // for the next launch: every CTA has added its maximum
-  }
-  __syncthreads();
-  const float s = s8_scale(row_amax_sh);
-  if (threadIdx.x == 0) p.out.scales[0] = s;
-  const nibble::cuda::TokenDivider div = nibble::cuda::TokenDivider::make(s);
-  const float4* row = reinterpret_cast<const float4*>(p.ws.row_f32);
-  auto* codes = static_cast<int8_t*>(p.out.data);
-  const int width4 = p.s.n_heads * HD / 4;
-  constexpr int kBatch = 8;
-  for (int base = threadIdx.x; base < width4; base += kBatch * kThreads) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = base + j * kThreads;
-      v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = base + j * kThreads;
-      if (i >= width4) continue;
-      codes[4 * i] = s8_quantize(v[j].x, s, div);
-      codes[4 * i + 1] = s8_quantize(v[j].y, s, div);
-      codes[4 * i + 2] = s8_quantize(v[j].z, s, div);
-      codes[4 * i + 3] = s8_quantize(v[j].w, s, div);
-    }
-  }
+  if (to_int8) decode_attention::quantize_row_when_last<kThreads>(p, p.s.n_kv_heads);
 }
 
 template <int HD, int MAXG>
-void launch(const DecodeParams& p, Stream stream) {
+void launch(const Params& p, Stream stream) {
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.s.n_kv_heads));
   // Launched to overlap the qkv linear (sm_90+): the CTAs load their chunk of the cache while
   // the linear streams its weights, and wait for it only before reading q, k and v. A first
@@ -427,12 +288,12 @@ void launch(const DecodeParams& p, Stream stream) {
   // kernel's start) made the W4A8 step 8% slower; letting them go only after the wait keeps
   // the o linear and the kernels after it from starting during the qkv linear.
   const bool overlap = nibble::cuda::overlapping_launch_allowed_here();
-  nibble::cuda::launch_overlapping(attention_decode_kernel<HD, MAXG>, grid, dim3(kThreads), 0,
-                                   stream, overlap, 1u, p);
+  nibble::cuda::launch_overlapping(attention_decode_splitkv_kernel<HD, MAXG>, grid,
+                                   dim3(kThreads), 0, stream, overlap, 1u, p);
 }
 
 template <int HD>
-void launch_group(const DecodeParams& p, Stream stream) {
+void launch_group(const Params& p, Stream stream) {
   if (p.group <= 1) return launch<HD, 1>(p, stream);
   if (p.group <= 2) return launch<HD, 2>(p, stream);
   if (p.group <= 4) return launch<HD, 4>(p, stream);
@@ -462,7 +323,7 @@ void launch_attention_decode(const float* qkv, const int32_t* pos, const Attenti
                              std::to_string(s.max_ctx));
   if (out.ld < int64_t{s.n_heads} * s.head_dim || out.data == nullptr)
     nibble::detail::fail(ErrorCode::internal, "launch_attention_decode: bad output");
-  DecodeParams p;
+  Params p;
   p.qkv = qkv;
   p.pos = pos;
   p.s = s;
@@ -475,6 +336,8 @@ void launch_attention_decode(const float* qkv, const int32_t* pos, const Attenti
   p.splits = decode_attention_splits(s.max_ctx);
   p.group = s.n_heads / s.n_kv_heads;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  if ((s.head_dim == 64 || s.head_dim == 128) && decode_attention::launch_cluster(p, stream))
+    return;
   switch (s.head_dim) {
     case 64: return launch_group<64>(p, stream);
     case 128: return launch_group<128>(p, stream);

@@ -5,8 +5,9 @@
 //   per block:  h = rmsnorm(x + δ)·g_attn          (δ: the previous block's down output)
 //                                                                       rmsnorm.cu (add_rmsnorm)
 //               qkv (M, (Hq + 2Hkv)·hd) f32 = h · [Wq; Wk; Wv]ᵀ        one fused linear
-//     M = 1:    attention_decode_splitkv.cu — RoPE of q, k; k, v into the cache at p; split-KV
-//               softmax(q·Kᵀ/√hd)·V with a deterministic combine; writes the o input directly
+//     M = 1:    attention_decode_cluster.cu (sm_90+) or attention_decode_splitkv.cu — RoPE of
+//               q, k; k, v into the cache at p; split-KV softmax(q·Kᵀ/√hd)·V with a
+//               deterministic combine; writes the o input directly
 //     M > 1:    rope.cu (q → bf16, k, v → cache) then sm80_attention_prefill.cu (tensor cores)
 //               δ = att · Woᵀ
 //               h = rmsnorm(x + δ)·g_ffn

@@ -82,7 +82,9 @@ inline int64_t decode_attention_counter_ints(const AttentionShape& s) { return s
 /// One decode step of attention for the token at position p = *pos (fused RoPE + cache store):
 /// rotates q and k of qkv (1, qkv_ld) f32, stores k, v (bf16) at position p of the cache, and
 /// writes softmax(q·Kᵀ/√hd over positions 0..p)·V of every head to out (1, n_heads·hd).
-/// Split over the KV length (flash decoding) with a deterministic combine.
+/// Split over the KV length (flash decoding) with a deterministic combine: on sm_90+ a
+/// thread-block cluster per kv head (attention_decode_cluster.cu; uses only ws.row_f32 and
+/// ws.counters), else a grid of 64-key chunks (attention_decode_splitkv.cu).
 void launch_attention_decode(const float* qkv, const int32_t* pos, const AttentionShape& s,
                              const float* cos, const float* sin, uint16_t* k_cache,
                              uint16_t* v_cache, const DecodeAttentionWorkspace& ws,

@@ -1,0 +1,249 @@
+// Device code shared by the two decode-attention kernels (attention_decode_splitkv.cu for
+// sm_80+, attention_decode_cluster.cu for sm_90+): their parameters, the fused RoPE and cache
+// store of the new token, the per-lane online softmax over bf16 keys and values, and the int8
+// output's tail. Both kernels compute the same thing (kernels.h: launch_attention_decode); they
+// differ in how the KV length is split and how the splits are combined.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/common/ptx.cuh"
+#include "llm/cuda/activation_store.cuh"
+#include "llm/cuda/kernels.h"
+
+namespace nibble::llm::cuda::decode_attention {
+
+/// Query heads per kv head the kernels support (the online-softmax state lives in registers).
+constexpr int kMaxGroup = 8;
+
+struct Params {
+  const float* qkv;
+  const int32_t* pos;
+  AttentionShape s;
+  const float* cos;
+  const float* sin;
+  __nv_bfloat16* k_cache;
+  __nv_bfloat16* v_cache;
+  DecodeAttentionWorkspace ws;
+  ActOutput out;
+  int splits;  // attention_decode_splitkv: CTAs along the KV length
+  int group;   // query heads per kv head
+  float scale;  // 1/sqrt(hd)
+};
+
+// RoPE's rotate-half pair (a, b) = (x[i], x[i + hd/2]), each product rounded on its own (no FMA)
+// as the CPU backend's loop computes it.
+__device__ __forceinline__ float rope_lo(float a, float b, float cs, float sn) {
+  return __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+}
+__device__ __forceinline__ float rope_hi(float a, float b, float cs, float sn) {
+  return __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+}
+
+/// exp for the softmax weights. kApprox: ex2.approx of x·log2(e) (__expf), a few ulp of expf for
+/// the arguments softmax sees (x ≤ 0; exactly 1 at 0 and 0 at −inf) in a third of the
+/// instructions, for the cluster kernel, whose key loop is latency-bound on these chains. The
+/// split-KV kernel keeps expf (with __expf ptxas spills around a shuffle in its sm_80 code).
+template <bool kApprox>
+__device__ __forceinline__ float softmax_exp(float x) {
+  if constexpr (kApprox)
+    return __expf(x);
+  else
+    return expf(x);
+}
+
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 v = __bfloat1622float2(h[i]);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+/// The G query heads of `kv_head`, rotated for position `pos`, into q_sh (all threads of the
+/// block, kThreads of them). Reads the qkv linear's output: after griddep_wait.
+template <int HD, int MAXG, int kThreads>
+__device__ __forceinline__ void rotate_queries(const Params& p, int kv_head, int pos,
+                                               float (&q_sh)[MAXG][HD]) {
+  constexpr int kHalf = HD / 2;
+  const float* q_in = p.qkv + kv_head * p.group * HD;
+  const float* cs = p.cos + static_cast<int64_t>(pos) * kHalf;
+  const float* sn = p.sin + static_cast<int64_t>(pos) * kHalf;
+  for (int idx = threadIdx.x; idx < p.group * kHalf; idx += kThreads) {
+    const int g = idx / kHalf, i = idx % kHalf;
+    const float a = q_in[g * HD + i], b = q_in[g * HD + i + kHalf];
+    q_sh[g][i] = rope_lo(a, b, cs[i], sn[i]);
+    q_sh[g][i + kHalf] = rope_hi(a, b, cs[i], sn[i]);
+  }
+}
+
+/// The new token's k (rotated) and v of `kv_head`, rounded to bf16, to row `pos` of the cache and
+/// to k_new / v_new (shared memory, HD values each). After griddep_wait.
+template <int HD, int kThreads>
+__device__ __forceinline__ void store_new_row(const Params& p, int kv_head, int pos,
+                                              __nv_bfloat16* k_new, __nv_bfloat16* v_new) {
+  constexpr int kHalf = HD / 2;
+  const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
+  const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
+  const float* cs = p.cos + static_cast<int64_t>(pos) * kHalf;
+  const float* sn = p.sin + static_cast<int64_t>(pos) * kHalf;
+  const int64_t row = (static_cast<int64_t>(kv_head) * p.s.max_ctx + pos) * HD;
+  for (int i = threadIdx.x; i < kHalf; i += kThreads) {
+    const float a = k_in[i], b = k_in[i + kHalf];
+    const __nv_bfloat16 lo = __float2bfloat16_rn(rope_lo(a, b, cs[i], sn[i]));
+    const __nv_bfloat16 hi = __float2bfloat16_rn(rope_hi(a, b, cs[i], sn[i]));
+    p.k_cache[row + i] = k_new[i] = lo;
+    p.k_cache[row + i + kHalf] = k_new[i + kHalf] = hi;
+  }
+  for (int i = threadIdx.x; i < HD; i += kThreads)
+    p.v_cache[row + i] = v_new[i] = __float2bfloat16_rn(v_in[i]);
+}
+
+/// One lane's online-softmax state over the keys it has seen, for the G ≤ MAXG query heads of a
+/// kv head. HD/8 lanes share a key: each holds 8 of its dims (16 bytes of K and of V), so the
+/// dot products are reduced over those lanes with shuffles, and acc holds the lane's 8 dims of
+/// Σ exp(s_j − m)·V[j].
+template <int HD, int MAXG, bool kApproxExp>
+struct OnlineSoftmax {
+  static constexpr int kLanesPerKey = HD / 8;
+  float m[MAXG], l[MAXG], acc[MAXG][8];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+    }
+  }
+
+  /// Adds U keys per lane group (kr, vr: the lane's 16-byte slices; invalid ones are masked).
+  /// Every lane of the warp must call it (shuffles).
+  template <int U>
+  __device__ __forceinline__ void add_keys(const float (&q)[MAXG][8], const uint4 (&kr)[U],
+                                           const uint4 (&vr)[U], const bool (&valid)[U], int G,
+                                           float scale) {
+    float sc[U][MAXG];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8(kr[u], kf);
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot += q[g][e] * kf[e];
+#pragma unroll
+        for (int off = kLanesPerKey / 2; off > 0; off >>= 1)
+          dot += __shfl_xor_sync(kFullMask, dot, off);
+        sc[u][g] = valid[u] ? dot * scale : -INFINITY;
+      }
+    }
+    float vf[U][8];
+#pragma unroll
+    for (int u = 0; u < U; ++u) unpack8(vr[u], vf[u]);
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      if (g >= G) continue;
+      float mx = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][g]);
+      if (mx == -INFINITY) continue;  // no key of this lane group yet
+      const float corr = softmax_exp<kApproxExp>(m[g] - mx);  // 0 when m was −inf
+      l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float pe = softmax_exp<kApproxExp>(sc[u][g] - mx);  // 0 for masked keys
+        l[g] += pe;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] += pe * vf[u][e];
+      }
+      m[g] = mx;
+    }
+  }
+};
+
+/// int8 output: called by every CTA of the grid after it has written its columns of the f32 row
+/// to ws.row_f32 and max-ed their |x| into the row maximum (ws.counters[n_kv_heads + 1], float
+/// bits). The last of the `arrivals` CTAs to get here (arrival counter ws.counters[n_kv_heads])
+/// quantizes the whole row, and leaves both words zero for the next launch.
+template <int kThreads>
+__device__ __forceinline__ void quantize_row_when_last(const Params& p, int arrivals) {
+  __shared__ int last_sh;
+  __shared__ float row_amax_sh;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int arrived = atomicAdd(&p.ws.counters[p.s.n_kv_heads], 1);
+    last_sh = arrived == arrivals - 1;
+    if (last_sh) p.ws.counters[p.s.n_kv_heads] = 0;
+  }
+  __syncthreads();
+  if (!last_sh) return;
+  __threadfence();
+  // Every CTA's outputs and maxima are in (arrivals are fenced). The row maximum and the first
+  // kBatch·kThreads values of the f32 row are loaded together, every load in flight at once: L2
+  // round trips are what a one-CTA tail costs (the first version's two passes of one value per
+  // trip were ~10 µs).
+  constexpr int kBatch = 8;
+  const float4* row = reinterpret_cast<const float4*>(p.ws.row_f32);
+  const int width4 = p.s.n_heads * p.s.head_dim / 4;
+  float4 v[kBatch];
+#pragma unroll
+  for (int j = 0; j < kBatch; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (threadIdx.x == 0) {
+    unsigned* amax_bits = reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]);
+    row_amax_sh = __uint_as_float(__ldcg(amax_bits));
+    *amax_bits = 0u;  // for the next launch: every CTA has added its maximum
+  }
+  __syncthreads();
+  const float s = s8_scale(row_amax_sh);
+  if (threadIdx.x == 0) p.out.scales[0] = s;
+  const nibble::cuda::TokenDivider div = nibble::cuda::TokenDivider::make(s);
+  auto* codes = static_cast<int8_t*>(p.out.data);
+  for (int base = threadIdx.x; base < width4; base += kBatch * kThreads) {
+    if (base != static_cast<int>(threadIdx.x)) {  // rows wider than one batch
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = base + j * kThreads;
+        v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      if (i >= width4) continue;
+      codes[4 * i] = s8_quantize(v[j].x, s, div);
+      codes[4 * i + 1] = s8_quantize(v[j].y, s, div);
+      codes[4 * i + 2] = s8_quantize(v[j].z, s, div);
+      codes[4 * i + 3] = s8_quantize(v[j].w, s, div);
+    }
+  }
+}
+
+/// Adds a non-negative maximum to the int8 row's (non-negative floats order as their bits; never
+/// NaN: fmaxf drops NaN, as quantize_activation's amax does).
+__device__ __forceinline__ void max_into_row_amax(const Params& p, float amax) {
+  atomicMax(reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]),
+            __float_as_uint(amax));
+}
+
+/// Runs attention_decode_cluster.cu's kernel when the GPU has thread-block clusters (sm_90+) and
+/// NIBBLE_DECODE_ATTENTION_KERNEL is unset or `cluster`; false when it did not run (then the
+/// caller runs attention_decode_splitkv). NIBBLE_DECODE_ATTENTION_KERNEL=splitkv forces the
+/// split-KV kernel everywhere (tests and A/B measurements); `cluster` on a GPU without clusters
+/// is an error.
+bool launch_cluster(const Params& p, Stream stream);
+
+}  // namespace nibble::llm::cuda::decode_attention
