@@ -164,10 +164,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) attention_decode_cluster_kernel
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_group = lane / T, d0 = (lane % T) * 8;
   float q[MAXG][8];
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) q[g][e] = g < G ? q_sh[g][d0 + e] : 0.0f;
+  load_query_slice<HD, MAXG>(q_sh, G, d0, q);
   OnlineSoftmax<HD, MAXG, true> st;
   st.init();
 
@@ -221,18 +218,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1) attention_decode_cluster_kernel
     }
   }
   // (The ring is free: the key loop ended with a barrier, and no copy is in flight.)
-  if (key_group == 0) {
-#pragma unroll
-    for (int g = 0; g < MAXG; ++g) {
-      if (g >= G) continue;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) warp_acc_sh[warp][g][d0 + e] = st.acc[g][e];
-      if (d0 == 0) {
-        warp_ml_sh[warp][g][0] = st.m[g];
-        warp_ml_sh[warp][g][1] = st.l[g];
-      }
-    }
-  }
+  if (key_group == 0) st.store(warp_acc_sh[warp], warp_ml_sh[warp], G, d0);
   __syncthreads();
   // CTA combine, in warp order: one thread per head finds the CTA's (max, sum) and the warps'
   // weights, and sends (max, sum) to every CTA of the cluster. A CTA without keys (len < C)

@@ -82,6 +82,16 @@ __device__ __forceinline__ void rotate_queries(const Params& p, int kv_head, int
   }
 }
 
+/// A lane's 8 dims (from d0) of the G rotated query heads, zero for heads g ≥ G.
+template <int HD, int MAXG>
+__device__ __forceinline__ void load_query_slice(const float (&q_sh)[MAXG][HD], int G, int d0,
+                                                 float (&q)[MAXG][8]) {
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) q[g][e] = g < G ? q_sh[g][d0 + e] : 0.0f;
+}
+
 /// The new token's k (rotated) and v of `kv_head`, rounded to bf16, to row `pos` of the cache and
 /// to k_new / v_new (shared memory, HD values each). After griddep_wait.
 template <int HD, int kThreads>
@@ -120,6 +130,22 @@ struct OnlineSoftmax {
       l[g] = 0.0f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+    }
+  }
+
+  /// This lane's state into row `state` of the shared arrays: its 8 dims of acc, and (lanes
+  /// holding dim 0) m and l.
+  __device__ __forceinline__ void store(float (&acc_sh)[MAXG][HD], float (&ml_sh)[MAXG][2], int G,
+                                        int d0) const {
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      if (g >= G) continue;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc_sh[g][d0 + e] = acc[g][e];
+      if (d0 == 0) {
+        ml_sh[g][0] = m[g];
+        ml_sh[g][1] = l[g];
+      }
     }
   }
 

@@ -143,10 +143,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_splitkv_kernel(Para
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_group = lane / T, d0 = (lane % T) * 8;
   float q[MAXG][8];
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) q[g][e] = g < G ? q_sh[g][d0 + e] : 0.0f;
+  decode_attention::load_query_slice<HD, MAXG>(q_sh, G, d0, q);
   OnlineSoftmax<HD, MAXG, false> st;
   st.init();
 
@@ -173,16 +170,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_splitkv_kernel(Para
   // every warp is past its last key).
   __syncthreads();
   const int state = warp * KPW + key_group;
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    if (g >= G) continue;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) state_sh[state][g][d0 + e] = st.acc[g][e];
-    if (d0 == 0) {
-      ml_sh[state][g][0] = st.m[g];
-      ml_sh[state][g][1] = st.l[g];
-    }
-  }
+  st.store(state_sh[state], ml_sh[state], G, d0);
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
     const int g = idx / HD, d = idx % HD;
