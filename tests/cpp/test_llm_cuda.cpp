@@ -231,7 +231,7 @@ TEST(LlmCudaKernels, ArgmaxMatchesTheHostArgmaxOnTiesNansAndSignedZeros) {
     const int32_t want = argmax(v);
     Tensor logits = device_copy(v, DType::f32);
     cuda::launch_argmax(static_cast<float*>(logits.data()), static_cast<int64_t>(v.size()),
-                        static_cast<int32_t*>(token.data()), nullptr,
+                        static_cast<int32_t*>(token.data()), /*advance_position=*/false,
                         static_cast<int*>(ws.data()), nullptr);
     ASSERT_EQ(host_copy<int32_t>(token)[0], want) << "n = " << v.size();
     for (const int32_t w : host_copy<int32_t>(ws)) ASSERT_EQ(w, 0) << "workspace not reset";
@@ -244,7 +244,7 @@ TEST(LlmCudaKernels, ArgmaxMatchesTheHostArgmaxOnTiesNansAndSignedZeros) {
   auto* d_step = static_cast<int32_t*>(step.data());
   for (int i = 0; i < 3; ++i)
     cuda::launch_argmax(static_cast<float*>(logits.data()), static_cast<int64_t>(v.size()), d_step,
-                        d_step, static_cast<int*>(ws.data()), nullptr);
+                        /*advance_position=*/true, static_cast<int*>(ws.data()), nullptr);
   const auto got = host_copy<int32_t>(step);
   EXPECT_EQ(got[0], argmax(v));
   EXPECT_EQ(got[1], 44);

@@ -3,9 +3,9 @@
 //   token = llm::argmax(logits[0 .. n)): the lowest index of the largest value, where NaNs never
 //           win except a NaN at index 0 (the host loop starts from index 0 and only moves on a
 //           strictly greater value), and −0 equals +0.
-//   with `step` (the decode graph's {token, position} in device memory): step[0] = token and
-//   step[1] += 1, so that the next replay of the decode graph feeds this token at the next
-//   position without a round trip through the host.
+//   with advance_position (`token` then points to the decode graph's {token, position} in
+//   device memory): also token[1] += 1, so that the next replay of the decode graph feeds this
+//   token at the next position without a round trip through the host.
 //
 // Why on the device: a greedy decode step on the host copies the whole logits row (513 KB for
 // Llama-3's 128256 ids) to pinned memory, waits for it and scans it, and the GPU idles until the
@@ -53,7 +53,7 @@ struct ArgmaxWorkspace {
 };
 
 __global__ void __launch_bounds__(kThreads)
-    argmax_kernel(const float* logits, int64_t n, int32_t* token, int32_t* step,
+    argmax_kernel(const float* logits, int64_t n, int32_t* token, bool advance_position,
                   ArgmaxWorkspace ws) {
   __shared__ unsigned long long warp_max[kThreads / 32];
   __shared__ bool last;
@@ -88,19 +88,16 @@ __global__ void __launch_bounds__(kThreads)
       const float first = __ldcg(logits);
       const int32_t t =
           (first != first || k == 0ull) ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<unsigned>(k));
-      *token = t;
-      if (step != nullptr) {
-        step[0] = t;
-        step[1] += 1;
-      }
+      token[0] = t;
+      if (advance_position) token[1] += 1;
     }
   }
 }
 
 }  // namespace
 
-void launch_argmax(const float* logits, int64_t n, int32_t* token, int32_t* step, int* workspace,
-                   Stream stream) {
+void launch_argmax(const float* logits, int64_t n, int32_t* token, bool advance_position,
+                   int* workspace, Stream stream) {
   if (n <= 0 || n >= (int64_t{1} << 31) || logits == nullptr || token == nullptr ||
       workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 8 != 0)
     nibble::detail::fail(ErrorCode::internal,
@@ -109,7 +106,7 @@ void launch_argmax(const float* logits, int64_t n, int32_t* token, int32_t* step
   ws.key = reinterpret_cast<unsigned long long*>(workspace);
   ws.arrived = reinterpret_cast<unsigned*>(workspace + 2);
   const auto grid = static_cast<unsigned>((n + kPerCta - 1) / kPerCta);
-  argmax_kernel<<<grid, kThreads, 0, stream>>>(logits, n, token, step, ws);
+  argmax_kernel<<<grid, kThreads, 0, stream>>>(logits, n, token, advance_position, ws);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 

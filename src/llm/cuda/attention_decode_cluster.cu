@@ -312,12 +312,11 @@ constexpr int kDefaultWarps = 8;
 constexpr int kDefaultStages = 2;
 
 template <int HD, int MAXG, int C, int WARPS = kDefaultWarps, int STAGES = kDefaultStages>
-void launch(const Params& p, Stream stream) {
+void launch(const Params& p, bool overlap, Stream stream) {
   using Cfg = ClusterConfig<HD, MAXG, C, WARPS, STAGES>;
   constexpr auto kernel = attention_decode_cluster_kernel<HD, MAXG, C, WARPS, STAGES>;
   nibble::cuda::allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   if constexpr (C > 8) allow_cluster_of_16<kernel>();
-  const bool overlap = nibble::cuda::overlapping_launch_allowed_here();
   nibble::cuda::launch_overlapping(kernel, dim3(static_cast<unsigned>(p.s.n_kv_heads), 1, C),
                                    dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, overlap, C, p);
 }
@@ -355,17 +354,18 @@ int clusters_of_16_at_once() {
 }
 
 template <int HD, int MAXG>
-void launch_sized(const Params& p, Stream stream) {
-  if (clusters_of_16_at_once<HD, MAXG>() >= p.s.n_kv_heads) return launch<HD, MAXG, 16>(p, stream);
-  launch<HD, MAXG, 8>(p, stream);
+void launch_sized(const Params& p, bool overlap, Stream stream) {
+  if (clusters_of_16_at_once<HD, MAXG>() >= p.s.n_kv_heads)
+    return launch<HD, MAXG, 16>(p, overlap, stream);
+  launch<HD, MAXG, 8>(p, overlap, stream);
 }
 
 template <int HD>
-void launch_group(const Params& p, Stream stream) {
-  if (p.group <= 1) return launch_sized<HD, 1>(p, stream);
-  if (p.group <= 2) return launch_sized<HD, 2>(p, stream);
-  if (p.group <= 4) return launch_sized<HD, 4>(p, stream);
-  launch_sized<HD, 8>(p, stream);
+void launch_group(const Params& p, bool overlap, Stream stream) {
+  if (p.group <= 1) return launch_sized<HD, 1>(p, overlap, stream);
+  if (p.group <= 2) return launch_sized<HD, 2>(p, overlap, stream);
+  if (p.group <= 4) return launch_sized<HD, 4>(p, overlap, stream);
+  launch_sized<HD, 8>(p, overlap, stream);
 }
 
 }  // namespace
@@ -381,16 +381,19 @@ bool launch_cluster(const Params& p, Stream stream) {
   if (want_splitkv) return false;
   int device = 0;
   NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
-  if (nibble::cuda_device_info(device).cc_major < 9) {
+  const int cc_major = nibble::cuda_device_info(device).cc_major;
+  if (cc_major < 9) {
     if (want_cluster)
       nibble::detail::fail(ErrorCode::unsupported,
                            "NIBBLE_DECODE_ATTENTION_KERNEL=cluster needs sm_90 or newer");
     return false;
   }
+  // Launched to overlap the qkv linear (programmatic dependent launch; see the header).
+  const bool overlap = nibble::cuda::overlapping_launch_allowed(cc_major);
   if (p.s.head_dim == 64)
-    launch_group<64>(p, stream);
+    launch_group<64>(p, overlap, stream);
   else
-    launch_group<128>(p, stream);
+    launch_group<128>(p, overlap, stream);
   return true;
 }
 

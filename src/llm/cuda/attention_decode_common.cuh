@@ -222,33 +222,31 @@ __device__ __forceinline__ void quantize_row_when_last(const Params& p, int arri
   constexpr int kBatch = 8;
   const float4* row = reinterpret_cast<const float4*>(p.ws.row_f32);
   const int width4 = p.s.n_heads * p.s.head_dim / 4;
-  float4 v[kBatch];
-#pragma unroll
-  for (int j = 0; j < kBatch; ++j) {
-    const int i = threadIdx.x + j * kThreads;
-    v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  if (threadIdx.x == 0) {
-    unsigned* amax_bits = reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]);
-    row_amax_sh = __uint_as_float(__ldcg(amax_bits));
-    *amax_bits = 0u;  // for the next launch: every CTA has added its maximum
-  }
-  __syncthreads();
-  const float s = s8_scale(row_amax_sh);
-  if (threadIdx.x == 0) p.out.scales[0] = s;
-  const nibble::cuda::TokenDivider div = nibble::cuda::TokenDivider::make(s);
+  unsigned* amax_bits = reinterpret_cast<unsigned*>(&p.ws.counters[p.s.n_kv_heads + 1]);
   auto* codes = static_cast<int8_t*>(p.out.data);
-  for (int base = threadIdx.x; base < width4; base += kBatch * kThreads) {
-    if (base != static_cast<int>(threadIdx.x)) {  // rows wider than one batch
+  float s = 0.0f;
+  nibble::cuda::TokenDivider div{};
+  // Block-uniform batches (the first one's barrier needs every thread).
+  for (int batch0 = 0; batch0 < width4; batch0 += kBatch * kThreads) {
+    float4 v[kBatch];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = base + j * kThreads;
-        v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = batch0 + threadIdx.x + j * kThreads;
+      v[j] = i < width4 ? __ldcg(row + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (batch0 == 0) {
+      if (threadIdx.x == 0) {
+        row_amax_sh = __uint_as_float(__ldcg(amax_bits));
+        *amax_bits = 0u;  // for the next launch: every CTA has added its maximum
       }
+      __syncthreads();
+      s = s8_scale(row_amax_sh);
+      if (threadIdx.x == 0) p.out.scales[0] = s;
+      div = nibble::cuda::TokenDivider::make(s);
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int i = base + j * kThreads;
+      const int i = batch0 + threadIdx.x + j * kThreads;
       if (i >= width4) continue;
       codes[4 * i] = s8_quantize(v[j].x, s, div);
       codes[4 * i + 1] = s8_quantize(v[j].y, s, div);

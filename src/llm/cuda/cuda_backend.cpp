@@ -267,7 +267,7 @@ class CudaBackend final : public Backend {
         const auto slot = static_cast<size_t>(queued % kGreedyAhead);
         replay_decode(s);
         cuda::launch_argmax(static_cast<const float*>(logits_.data()), c_.vocab_size, d_step,
-                            d_step, static_cast<int*>(argmax_ws_.data()), s);
+                            /*advance_position=*/true, static_cast<int*>(argmax_ws_.data()), s);
         NIBBLE_CUDA_CHECK(cudaMemcpyAsync(ring + slot, d_step, 4, cudaMemcpyDeviceToHost, s));
         NIBBLE_CUDA_CHECK(cudaEventRecord(greedy_events_.events[slot], s));
       }

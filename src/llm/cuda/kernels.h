@@ -99,12 +99,12 @@ void launch_attention_prefill(const uint16_t* q, int64_t m, const int32_t* pos0,
 
 /// The greedy next token of a logits row (n) f32: writes to *token the index llm::argmax
 /// returns (the lowest index of the largest value; NaNs never win except at index 0; −0 equals
-/// +0). With `step` (the decode graph's {token, position}), also sets step[0] = token and adds 1
-/// to step[1], so that the next decode-graph replay continues from it. `workspace`:
+/// +0). With advance_position, `token` is the decode graph's {token, position} and the kernel
+/// also adds 1 to token[1], so that the next decode-graph replay continues from it. `workspace`:
 /// argmax_workspace_ints() ints, 8-byte aligned, zero before the first launch (the kernel
 /// leaves them zero).
-void launch_argmax(const float* logits, int64_t n, int32_t* token, int32_t* step, int* workspace,
-                   Stream stream);
+void launch_argmax(const float* logits, int64_t n, int32_t* token, bool advance_position,
+                   int* workspace, Stream stream);
 constexpr int64_t argmax_workspace_ints() { return 4; }
 
 /// Deterministic random contents for --random-weights runs, generated on the device from a

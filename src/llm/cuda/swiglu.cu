@@ -147,11 +147,12 @@ void launch_swiglu(const float* gu, int64_t m, int64_t f, const ActOutput& out, 
   // Launched to overlap the kernel before it (sm_90+, cuda/launch/pdl_launch.h): the kernels
   // wait for it before reading gu.
   const auto grid = static_cast<unsigned>(m);
-  const bool overlap = nibble::cuda::overlapping_launch_allowed_here();
   int device = 0;
   NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  const int cc_major = nibble::cuda_device_info(device).cc_major;
+  const bool overlap = nibble::cuda::overlapping_launch_allowed(cc_major);
   const int64_t slice = (f + kClusterBlocks - 1) / kClusterBlocks;
-  if (nibble::cuda_device_info(device).cc_major >= 9 && slice <= 16 * kClusterThreads) {
+  if (cc_major >= 9 && slice <= 16 * kClusterThreads) {
     auto run_cluster = [&](auto kernel) {
       nibble::cuda::launch_overlapping(kernel, dim3(grid, 1, kClusterBlocks),
                                        dim3(kClusterThreads), 0, stream, overlap,
