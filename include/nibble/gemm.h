@@ -53,14 +53,15 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 /// kernel: the integer weight enters exactly and per-channel scales multiply the f32 sum;
 /// group-wise, each weight is dequantized and rounded once to x's type (relative error ≤ 2⁻⁹
 /// for bf16, 2⁻¹² for f16), products and sums f32. On the CPU (x f32/f16/bf16) the reference.
-/// With W4A8 weights (layout w4_mma_k128) the activations are first quantized per token to
-/// int8 (dynamic, the same codes and scales as quantize_activation), so the result equals
-/// quantize_activation + the quantized-activation overload (bit for bit when the same kernel
-/// runs both; the f32 epilogue's rounding may differ between kernels). On CUDA the activation
-/// kernel quantizes into a per-stream workspace (allocated on the first call: capture CUDA
-/// graphs after a warm-up call) and the int8 kernels follow; NIBBLE_FUSED_ACT_QUANT=1 runs the
-/// quantization inside the GEMM instead for bf16/f16 x and M ≤ 16 (one launch; the same bytes,
-/// but measured slower on the H100 for now: docs/kernels.md).
+/// With W4A8 weights (layout w4_mma_k128) the activations x (M, K) f32/f16/bf16 are quantized
+/// per token to int8 (dynamic, the same codes and scales as quantize_activation), so the result
+/// equals quantize_activation + the quantized-activation overload (bit for bit when the same
+/// kernel runs both; the f32 epilogue's rounding may differ between kernels). On CUDA, for
+/// M ≤ 4 where each CTA's rows of its K range fit in 16 KB of shared memory (M = 1: any layer
+/// up to K = 16368 per split), the quantization runs inside the GEMM (one launch; explain()
+/// says which); otherwise the activation kernel quantizes into a per-stream workspace
+/// (allocated on the first call: capture CUDA graphs after a warm-up call) and the int8
+/// kernels follow. NIBBLE_FUSED_ACT_QUANT=0 takes the two launches everywhere.
 void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
 

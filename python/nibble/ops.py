@@ -423,7 +423,7 @@ def linear(a: Union[QuantizedActivation, Array], w: Union[QuantizedWeight, Packe
     With float activations ``a`` (M, K) f32/f16/bf16 — weight-only W4A16 / W8A16:
       D = a · deq(W)ᵀ, products and sums in f32; or, with a W4A8 PackedWeight, ``a`` is first
       quantized per token to int8 exactly as `quantize_activation` does (on CUDA inside the
-      GEMM for M <= 16 when NIBBLE_FUSED_ACT_QUANT=1).
+      GEMM for M <= 4 where each CTA's rows of its K range fit in 16 KB; see explain()).
     ``w`` is a QuantizedWeight, or a PackedWeight: W4A8 with s8 activations (on CUDA the
     int8 tensor-core kernels, K % 32 == 0), or W4A16 / W8A16 with float activations (on CUDA
     the 16-bit tensor-core kernel: ``a`` bf16/f16, K % 8 == 0; group-wise weights are rounded

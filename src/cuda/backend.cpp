@@ -186,21 +186,30 @@ sm80::WeightOnlyDequant dequant_of(const WeightFormat& w) {
 }  // namespace
 
 namespace {
-// W4A8 packed weights with float activations: the activation kernel quantizes them into the
-// stream's activation workspace, then the int8-activation kernels run (two launches). The fused
-// path (16-bit x quantized inside sm80_w4a8_gemm, one launch, M ≤ kFusedQuantMaxTokens) gives
-// the same bytes but measured slower on the H100 (2026-11-23: 1.26–3.8× the int8-in GEMM alone,
-// where the two launches cost about the GEMM plus a few µs), so it runs only when
-// NIBBLE_FUSED_ACT_QUANT=1 asks for it, until it is made faster.
-bool fused_act_quant_enabled() {
+// W4A8 packed weights with float activations. Where sm80_w4a8_gemm's m16 tile can hold its
+// rows of its K range resident (fused_quant_fits: M ≤ 4, M · K range ≤ 16 KB), the
+// quantization runs inside the GEMM (one launch: each CTA finds the rows' max |x|, with a cluster
+// split-K tile's CTAs sharing theirs, and quantizes its K range once). Otherwise the activation
+// kernel quantizes into the stream's activation workspace and the int8-activation kernels run
+// (two launches). Both give the codes and scales of quantize_activation. NIBBLE_FUSED_ACT_QUANT=0
+// takes the two launches everywhere (for A/B measurements).
+bool fused_act_quant_enabled() {  // read on every call: tests and benches switch it
   const char* v = std::getenv("NIBBLE_FUSED_ACT_QUANT");
-  return v != nullptr && v[0] == '1';
+  return v == nullptr || v[0] != '0';
+}
+
+bool fused_act_quant_runs(int device, int64_t m, int64_t n, int64_t k, const LinearFormat& f) {
+  if (!fused_act_quant_enabled() || f.act != ActScheme::s8_per_token) return false;
+  const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
+  const W4A8Plan plan = plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(f.weight),
+                                       f.weight.group_size, cuda_device_info(device).sm_count);
+  return fused_quant_fits(plan, m);
 }
 
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (m <= kFusedQuantMaxTokens && x.dtype != DType::f32 && fused_act_quant_enabled()) {
+  if (fused_act_quant_runs(x.device.index, m, w.n, k, LinearFormat{w.format, ActScheme::s8_per_token})) {
     W4A8Launch l = w4a8_launch(x, w, bias, d);
     l.a = nullptr;  // x is the A source, quantized in the kernel
     l.x = x.data;
@@ -308,12 +317,16 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   s += packed + describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
                                   format.weight.group_size, 4);
   if (format.act != ActScheme::s8_per_token) return s;
-  return s + "; with bf16/f16 activations (linear(x, packed)) " +
-         (m <= kFusedQuantMaxTokens && fused_act_quant_enabled()
+  return s + "; with float activations (linear(x, packed)) " +
+         (fused_act_quant_runs(device, m, n, k, format)
               ? std::string("the per-token quantization is fused into sm80_w4a8_gemm's 16-row "
-                            "tile (one launch, NIBBLE_FUSED_ACT_QUANT=1)")
-              : std::string("act_quant quantizes them first (two launches; the fused one-launch "
-                            "path is slower for now, NIBBLE_FUSED_ACT_QUANT=1 selects it)"));
+                            "tile (one launch: the rows of each CTA's K range quantized once "
+                            "into shared memory)")
+              : std::string("act_quant quantizes them first (two launches: ") +
+                    (fused_act_quant_enabled()
+                         ? "the fused path needs M <= " + std::to_string(kFusedQuantMaxTokens) +
+                               " and M x the K range per CTA <= 16 KB)"
+                         : "NIBBLE_FUSED_ACT_QUANT=0)"));
 }
 
 }  // namespace nibble::cuda

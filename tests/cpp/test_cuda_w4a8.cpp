@@ -158,29 +158,35 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.format) + "_" + to_string(p.param.out);
     });
 
-// Float activations with W4A8 weights: quantized per token inside the GEMM for M <= 16 when
-// NIBBLE_FUSED_ACT_QUANT=1 (one launch; forced here), by the activation kernel otherwise. Either
-// way the int8 codes and scales are those of quantize_activation, so with the same kernel
-// (sm80_w4a8_gemm forced) the output bytes equal quantize_activation + linear; with the
-// dispatcher's choice, the CPU reference's tolerance.
+// Float activations with W4A8 weights: quantized per token inside the GEMM where the m16 tile
+// holds its rows of its K range (fused_quant_fits; one launch), by the activation kernel
+// otherwise or with NIBBLE_FUSED_ACT_QUANT=0. Either way the int8 codes and scales are those of
+// quantize_activation, so with the same kernel (sm80_w4a8_gemm forced) the output bytes equal
+// quantize_activation + linear, fused or not; with the dispatcher's choice, the CPU reference's
+// tolerance.
 TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
   NIBBLE_REQUIRE_GPU();
-  const ScopedEnv fuse("NIBBLE_FUSED_ACT_QUANT", "1");
   const LinearFormat f = parse_linear_format(GetParam().format);
   if (f.act != ActScheme::s8_per_token) GTEST_SKIP() << "float-in W4A8 is dynamic per token";
   const DType out = GetParam().out;
   test::Rng rng;  // fresh seed, printed on failure
   // {1000, 1536} and {256, 4096} split K (on sm_90: the splits are one cluster, and each CTA
   // reduces max |x| over its own split, so the last row gets an outlier in the last split).
-  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {20, 256}, {1000, 1536}, {256, 4096}};
+  // {17000, 2048} is one wave without splits: fused at M = 1 (2 KB rows), two launches at M = 16
+  // (beyond kFusedQuantMaxTokens, and 16 rows of 2 KB would not fit the 16 KB resident A).
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {20, 256}, {1000, 1536}, {256, 4096},
+                                            {17000, 2048}};
   for (auto [n, k] : nk) {
     if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
     QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
     const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
     const Tensor bias_d = test::random_normal(DType::bf16, 1, n, rng).to(Device::cuda());
     const TensorView bias_dv = test::as_vector(bias_d);
+    const bool wide = n > 4096;
     for (int64_t m : {1, 2, 3, 7, 15, 16, 17, 64, 100}) {
-      for (DType xt : {DType::bf16, DType::f16}) {
+      if (wide && m != 1 && m != 3 && m != 16) continue;  // the CPU reference is slow there
+      for (DType xt : {DType::f32, DType::bf16, DType::f16}) {
+        if (wide && xt == DType::f16) continue;
         SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" +
                      std::to_string(k) + " x " + to_string(xt));
         Tensor x = test::random_activations(xt, m, k, rng);
@@ -197,23 +203,42 @@ TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
         synchronize(Device::cuda());
         ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
         const ScopedEnv force("NIBBLE_W4A8_KERNEL", "sm80_w4a8_gemm");
-        Tensor fused = Tensor::empty(out, {m, n}, Device::cuda());
         Tensor split = Tensor::empty(out, {m, n}, Device::cuda());
-        fused.fill_bytes(0xFF);
         split.fill_bytes(0xFF);
-        linear(xd.view(), wd.view(), &bias_dv, fused.view());
         linear(qad.view(), wd.view(), &bias_dv, split.view());
-        synchronize(Device::cuda());
-        ASSERT_TRUE(same_bytes(fused, split));
+        for (const char* fuse : {"1", "0"}) {
+          const ScopedEnv fused_or_not("NIBBLE_FUSED_ACT_QUANT", fuse);
+          SCOPED_TRACE(std::string("NIBBLE_FUSED_ACT_QUANT=") + fuse);
+          Tensor fused = Tensor::empty(out, {m, n}, Device::cuda());
+          fused.fill_bytes(0xFF);
+          linear(xd.view(), wd.view(), &bias_dv, fused.view());
+          synchronize(Device::cuda());
+          ASSERT_TRUE(same_bytes(fused, split));
+        }
       }
     }
   }
 }
 
+// Where the fused path runs, as explain() reports it: M = 1 on any of these layers, up to
+// kFusedQuantMaxTokens (4) where the M rows of the CTA's K range fit in the resident 16 KB.
+TEST(CudaW4A8, ExplainSaysWhereTheQuantizationIsFused) {
+  NIBBLE_REQUIRE_GPU();
+  const LinearFormat f = parse_linear_format("w4a8_pc");
+  const std::string fused = "fused into sm80_w4a8_gemm";
+  EXPECT_NE(explain(f, 1, 4096, 4096, Device::cuda()).find(fused), std::string::npos);
+  EXPECT_NE(explain(f, 1, 28672, 4096, Device::cuda()).find(fused), std::string::npos);
+  EXPECT_NE(explain(f, 1, 4096, 14336, Device::cuda()).find(fused), std::string::npos);
+  EXPECT_NE(explain(f, 4, 4096, 4096, Device::cuda()).find(fused), std::string::npos);
+  EXPECT_EQ(explain(f, 5, 4096, 4096, Device::cuda()).find(fused), std::string::npos);
+  EXPECT_EQ(explain(f, 4, 17000, 2048, Device::cuda()).find(fused), std::string::npos);
+  const ScopedEnv off("NIBBLE_FUSED_ACT_QUANT", "0");
+  EXPECT_EQ(explain(f, 1, 4096, 4096, Device::cuda()).find(fused), std::string::npos);
+}
+
 #if NIBBLE_WITH_CUDA
 TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
   NIBBLE_REQUIRE_GPU();
-  const ScopedEnv fuse("NIBBLE_FUSED_ACT_QUANT", "1");
   // The decode step's linear: bf16 in, bf16 out, one launch, inside a captured graph.
   test::Rng rng;
   const int64_t m = 1, n = 4096, k = 4096;

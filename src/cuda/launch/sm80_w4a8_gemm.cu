@@ -191,9 +191,12 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
   const W4A8Epilogue e = l.epilogue;
   if (l.x != nullptr) {
-    if (static_cast<Tile>(plan.tile) != Tile::m16)
+    if (!fused_quant_fits(plan, l.m))
       nibble::detail::fail(ErrorCode::internal,
-                           "sm80_w4a8_gemm: fused activation quantization runs M <= 16 only");
+                           "sm80_w4a8_gemm: fused activation quantization needs the m16 tile and "
+                           "M rows of the K range within the resident A (fused_quant_fits)");
+    p.resident_pitch = fused_resident_pitch(plan);
+    if (l.x_dtype == DType::f32) return launch_fused_f32(p, e, plan.decode, l.group, grid, stream);
     return launch_fused(p, l.x_dtype, e, plan.decode, l.group, grid, stream);
   }
   if (l.a4) {

@@ -37,8 +37,8 @@ struct W4A8Launch {
   int64_t m = 0, n = 0, k = 0, n_pad = 0, k_pad = 0;
   const void* a = nullptr;
   int64_t lda = 0;  ///< bytes
-  /// Fused quantization (M <= 16, weight_bits 4, not s32): x (M, K) bf16 / f16 instead of a and
-  /// a_scales, quantized per token inside the kernel exactly as quantize_activation does.
+  /// Fused quantization (where fused_quant_fits; not s32): x (M, K) f32 / bf16 / f16 instead of
+  /// a and a_scales, quantized per token inside the kernel exactly as quantize_activation does.
   const void* x = nullptr;
   int64_t ldx = 0;  ///< elements
   DType x_dtype = DType::bf16;
@@ -70,7 +70,24 @@ std::string describe(const W4A8Plan& plan);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);
 
-/// Largest M the fused-quantization path (W4A8Launch::x) takes: the thin m16 tile.
-constexpr int64_t kFusedQuantMaxTokens = 16;
+/// Largest M the fused-quantization path (W4A8Launch::x) takes. Its prologue (max |x| per row,
+/// then the quantization into the resident A) is latency that grows with the rows; measured on
+/// the H100 (2026-11-24, w4a8_pc, bf16 x) it beat the two launches (activation kernel + int8
+/// GEMM) up to M = 4 on 4096x4096, 6144x4096 and 4096x14336 (e.g. 8.5 against 9.4 us at M = 1,
+/// 9.2 against 9.5 at M = 4 on 4096x4096) and lost from M = 8 (9.6 against 9.7 there, but
+/// 19.8 against 19.3 on 4096x14336; 11.4 against 10.2 at M = 16).
+constexpr int64_t kFusedQuantMaxTokens = 4;
+/// Shared memory of the fused-quantization tile's resident int8 A: its rows of the CTA's K range.
+constexpr int kFusedResidentBytes = 16384;
+/// Bytes per row of the resident A: the split's K range plus 16, so that the 8 rows one
+/// fragment load touches start in 8 different 4-bank groups.
+inline int fused_resident_pitch(const W4A8Plan& plan) { return plan.kblocks_per_split * 128 + 16; }
+/// Whether the fused-quantization path runs this plan at M: packed int4 weights on the m16
+/// tile, M ≤ kFusedQuantMaxTokens, with M rows of the K range resident (M = 1: K ranges up to
+/// 16368 bytes; M = 4: up to 4080).
+inline bool fused_quant_fits(const W4A8Plan& plan, int64_t m) {
+  return plan.tile == 0 && plan.weight_bits == 4 && !plan.a4 && m >= 1 &&
+         m <= kFusedQuantMaxTokens && m * fused_resident_pitch(plan) <= kFusedResidentBytes;
+}
 
 }  // namespace nibble::cuda

@@ -1,7 +1,7 @@
 // The instance list of the sm80_w4a8_gemm family and its launch templates, shared by the
 // launcher's translation units (sm80_w4a8_gemm.cu: int8 activations in, int4 and int8 weights;
-// sm80_w4a8_gemm_fused.cu: bf16 / f16 activations quantized in the kernel), which instantiate
-// disjoint sets so the two compile in parallel.
+// sm80_w4a8_gemm_fused.cu and sm80_w4a8_gemm_fused_f32.cu: bf16 / f16 and f32 activations
+// quantized in the kernel), which instantiate disjoint sets so they compile in parallel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -150,7 +150,7 @@ void launch_whole_k(const W4A8GemmParams& p, W4Decode decode, dim3 grid, Stream 
   launch_instance<T, E, 0, W4Decode::offset_xor, X>(p, grid, stream);
 }
 
-// X = int8_t: quantized activations in; bf16 / f16: fused quantization (no s32 mode).
+// X = int8_t: quantized activations in; f32 / bf16 / f16: fused quantization (no s32 mode).
 template <Tile T, class X = int8_t>
 void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group, dim3 grid,
                  Stream stream) {
@@ -169,8 +169,11 @@ void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int g
   nibble::detail::fail(ErrorCode::internal, "sm80_w4a8_gemm: the s32 mode takes int8 activations");
 }
 
-/// The fused-quantization launches (sm80_w4a8_gemm_fused.cu): the m16 tile, bf16 or f16 x.
+/// The fused-quantization launches: the m16 tile, bf16 or f16 x (sm80_w4a8_gemm_fused.cu) and
+/// f32 x (sm80_w4a8_gemm_fused_f32.cu).
 void launch_fused(const W4A8GemmParams& p, DType x_dtype, W4A8Epilogue e, W4Decode decode,
                   int group, dim3 grid, Stream stream);
+void launch_fused_f32(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group,
+                      dim3 grid, Stream stream);
 
 }  // namespace nibble::cuda::sm80_w4a8

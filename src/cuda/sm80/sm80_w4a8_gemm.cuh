@@ -62,20 +62,25 @@
 //   permutation on both operands; the sums are then 256× the true ones and shifted back
 //   exactly, which bounds K by the s8×s8 limit (131071) there. Per-channel and s32 epilogues.
 //
-// Fused activation quantization (X = bf16 or f16; the decode path, one launch per linear)
-//   The activations come in as x (M, K) 16-bit floats, pitch `ldx` elements, and are quantized
-//   per token inside the kernel exactly as quantize_activation does (cuda/common/token_quant.cuh:
-//   the same codes and scales, so the result equals quantize + linear bit for bit):
-//   - prologue, while the first weight stages stream in: the threads reduce each row's max |x|
-//     over the full K, giving the row's scale; when the splits of a tile are one cluster
-//     (sm_90), each CTA reduces its own split's K range and the cluster combines the maxima
-//     over distributed shared memory (one cluster barrier);
-//   - per K block: the stage holds the bf16 x tile (BM × 256 bytes, cp.async like A); after the
-//     stage barrier the threads quantize it into one int8 A tile (swizzled as above) and a
-//     second barrier publishes it to the ldmatrix reads;
+// Fused activation quantization (X = f32, bf16 or f16; the decode path, one launch per linear)
+//   The activations come in as x (M, K) floats, pitch `ldx` elements, and are quantized per
+//   token inside the kernel exactly as quantize_activation does (cuda/common/token_quant.cuh:
+//   the same codes and scales, so the result equals quantize + linear bit for bit). The m16
+//   tile only, and only where the CTA's rows of its K range fit the resident A region
+//   (fused_quant_fits, cuda/launch/sm80_w4a8_gemm.h):
+//   - prologue, after the first weight stages are in flight: the threads reduce each row's
+//     max |x|, giving the row's scale; when the splits of a tile are one cluster (sm_90), each
+//     CTA reduces its own split's K range and the cluster combines the maxima over distributed
+//     shared memory (one cluster barrier), otherwise every CTA reduces the full rows. Then the
+//     CTA quantizes its own K range of every row once into a resident int8 A (row pitch
+//     p.resident_pitch = K range + 16 bytes, so the 8 rows of a fragment load fall in 8
+//     different bank quads);
+//   - main loop: the ring carries weights only; each lane reads its A fragment words straight
+//     from the resident rows (rows past M give zeros), with no per-stage conversion or barrier;
 //   - the epilogue takes s_a from shared memory.
-//   Without a cluster, every CTA of a split-K tile re-reads the full rows for the scale
-//   (BM·K·2 bytes from L2).
+//   Where the resident A would not fit (long K ranges at larger M) the caller quantizes first
+//   (two launches). History: a first version converted a staged 16-bit x tile per K block behind
+//   a second barrier and measured 1.3-3.8x the int8-in kernel (docs/kernels.md).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaW4A8*'
 #pragma once
 
@@ -123,8 +128,9 @@ struct W4A8GemmParams {
   int* counters = nullptr;        // one per output tile, zero between calls
   int64_t ldw = 0;                // WBITS 8: bytes between weight rows
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
-  const void* x = nullptr;        // fused quantization: (M, K) bf16 / f16 activations
+  const void* x = nullptr;        // fused quantization: (M, K) f32 / bf16 / f16 activations
   int64_t ldx = 0;                // elements
+  int resident_pitch = 0;         // fused quantization: bytes per row of the resident int8 A
 };
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
@@ -133,13 +139,16 @@ template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogu
 struct W4A8GemmConfig {
   /// int4 activations and row-major int4 weights (W4A4).
   static constexpr bool kA4 = A4_;
-  /// The activations' type in global memory: int8 (quantized by the caller), or bf16 / f16
-  /// quantized per token inside the kernel (fused quantization).
+  /// The activations' type in global memory: int8 (quantized by the caller), or f32 / bf16 /
+  /// f16 quantized per token inside the kernel (fused quantization).
   using X = X_;
   static constexpr bool kFusedQuant = !std::is_same_v<X_, int8_t>;
-  static_assert(!kFusedQuant || std::is_same_v<X_, __nv_bfloat16> || std::is_same_v<X_, __half>,
-                "fused quantization reads bf16 or f16 activations");
+  static_assert(!kFusedQuant || std::is_same_v<X_, float> || std::is_same_v<X_, __nv_bfloat16> ||
+                    std::is_same_v<X_, __half>,
+                "fused quantization reads f32, bf16 or f16 activations");
   static_assert(!kFusedQuant || EPI_ != W4A8Epilogue::s32, "the s32 mode takes int8 activations");
+  static_assert(!kFusedQuant || (BM_ == 16 && WARPS_M_ == 1),
+                "the resident A fragments are built for one m16 tile per warp");
   static constexpr W4Decode DECODE = DECODE_;
   /// Weight bits: 4 (packed w4_mma_k128) or 8 (row-major s8, loaded like A).
   static constexpr int WBITS = WBITS_;
@@ -184,15 +193,15 @@ struct W4A8GemmConfig {
   static constexpr int kWBytes = kRowMajorW ? BN * kBK : BN * kBK / 2;  // kBK bytes of A per row
   static constexpr int kScaleBytes = EPI == W4A8Epilogue::group ? kGroupRows * BN * 4 : 0;
   static constexpr int kParamBytes = EPI == W4A8Epilogue::two_level ? kGroupRows * BN * 2 : 0;
-  // A stage holds the int8 A tile, or with fused quantization the 16-bit x tile it is made from
-  // (the int8 tile and the rows' scales then live once, after the ring).
-  static constexpr int kXStageBytes = kFusedQuant ? 2 * kABytes : kABytes;
+  // A stage holds the int8 A tile, or nothing with fused quantization (A is resident then).
+  static constexpr int kXStageBytes = kFusedQuant ? 0 : kABytes;
   static constexpr int kStageBytes = kXStageBytes + kWBytes + kScaleBytes + kParamBytes;
-  // Per row: scale, pow2, s_unit, s_inv (16 bytes), then the CTA's max |x| bits (4 bytes),
-  // which the other CTAs of a cluster split-K tile read.
-  static constexpr int kRowQuantBytes = kFusedQuant ? BM * 20 : 0;
-  static constexpr int kSmemBytes =
-      STAGES * kStageBytes + (kFusedQuant ? kABytes + kRowQuantBytes : 0);
+  // Fused quantization, after the ring: the resident int8 A, then per row the quantizer (scale,
+  // pow2, s_unit, s_inv: 16 bytes) and the CTA's max |x| bits (4 bytes, read by the other CTAs
+  // of a cluster split-K tile), then the warps' partial maxima.
+  static constexpr int kResidentBytes = kFusedQuant ? kFusedResidentBytes : 0;
+  static constexpr int kRowQuantBytes = kFusedQuant ? BM * 20 + (kThreads / 32) * BM * 4 : 0;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + kResidentBytes + kRowQuantBytes;
 
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
   static_assert(!kRowMajorW || NT % 2 == 0, "row-major weight fragments come two n8 tiles per ldmatrix.x4");
@@ -250,9 +259,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // K in bytes of a row (W4A4: two values per byte).
   const int k_bytes = Cfg::kA4 ? p.k / 2 : p.k;
 
-  // Fused quantization: the int8 A tile and the rows' quantizers, after the ring.
-  [[maybe_unused]] uint8_t* const a_fused = smem + STAGES * Cfg::kStageBytes;
-  [[maybe_unused]] float* const row_quant = reinterpret_cast<float*>(a_fused + Cfg::kABytes);
+  // Fused quantization: the resident int8 A and the rows' quantizers, after the ring.
+  [[maybe_unused]] uint8_t* const a_resident = smem + STAGES * Cfg::kStageBytes;
+  [[maybe_unused]] float* const row_quant =
+      reinterpret_cast<float*>(a_resident + Cfg::kResidentBytes);
   [[maybe_unused]] uint32_t* const row_amax = reinterpret_cast<uint32_t*>(row_quant + 4 * BM);
   using X = typename Cfg::X;
 
@@ -262,22 +272,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // dependents start early ever writes; see the prologue below) or both.
   auto load_stage = [&](int stage, int kb, int parts = kStageAll) {
     uint8_t* base = smem + stage * Cfg::kStageBytes;
-    uint8_t* a_sh = base;
+    [[maybe_unused]] uint8_t* a_sh = base;
     uint8_t* w_sh = base + Cfg::kXStageBytes;
-    if (parts & kStageActivations) {
-      if constexpr (Cfg::kFusedQuant) {
-        // 16-byte chunks (8 elements) of x, rows of 256 bytes, unswizzled: each thread later
-        // reads 32 consecutive bytes, so the eight threads of a row cover its 256 bytes.
-#pragma unroll
-        for (int i = tid; i < BM * 16; i += Cfg::kThreads) {
-          const int r = i >> 4, c = i & 15;
-          const int gm = m0 + r, gk = kb * 128 + c * 8;
-          const bool valid = gm < p.m && gk < p.k;
-          const X* src =
-              static_cast<const X*>(p.x) + int64_t(valid ? gm : 0) * p.ldx + (valid ? gk : 0);
-          cp_async_16(a_sh + r * 256 + c * 16, src, valid);
-        }
-      } else {
+    if constexpr (!Cfg::kFusedQuant) {  // fused quantization: A is resident, not staged
+      if (parts & kStageActivations) {
 #pragma unroll
         for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
           const int r = i >> 3, c = i & 7;
@@ -382,39 +380,49 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 
   if constexpr (Cfg::kFusedQuant) {
-    // Row scales while the first stages stream in. Every thread takes a slice of every valid row
-    // (8 elements per load, up to 8 loads in flight before any is used: one L2 round trip per
-    // 8·8·threads elements); the warps' partial maxima meet in the (not yet used) int8 A tile.
-    // Rows past M get scale 0. A CTA reduces max |x| over all of K, except when the splits of
-    // the tile are one cluster (p.cluster_split): together they cover K, so each reduces its own
-    // split's K range and the cluster combines the maxima over distributed shared memory.
-    constexpr int kWarps = Cfg::kThreads / 32;
-    uint32_t* partial = reinterpret_cast<uint32_t*>(a_fused);  // [kWarps][BM]
+    // Row scales, while the first weight stages stream in. The threads split into one group
+    // per valid row (G threads each, a power of two: the whole CTA for one row, 8 threads each
+    // for 16), so every row's loads are in flight at once; a group strides through its row 16
+    // bytes per load with up to 8 loads in flight (one L2 round trip per 8·16·G bytes), then
+    // reduces over shuffles and, for groups wider than a warp, over the warps' partial maxima
+    // in shared memory. Rows past M get scale 0. A CTA reduces max |x| over all of K, except
+    // when the splits of the tile are one cluster (p.cluster_split): together they cover K, so
+    // each reduces its own split's K range and the cluster combines the maxima over distributed
+    // shared memory.
+    constexpr int kVec = 16 / int(sizeof(X));  // elements per 16-byte load
+    uint32_t* partial = row_amax + BM;         // [warps][BM]
     const int rows = min(BM, p.m - m0);
     const bool cluster = Cfg::kOverlapLaunch && p.cluster_split;
-    const int k_lo = cluster ? kb_begin * 128 : 0;
-    const int k_hi = cluster ? min(p.k, (kb_begin + num_kb) * 128) : p.k;
-    for (int r = 0; r < rows; ++r) {
-      const X* row = static_cast<const X*>(p.x) + int64_t(m0 + r) * p.ldx;
+    const int own_lo = kb_begin * 128, own_hi = min(p.k, kb_end * 128);
+    const int k_lo = cluster ? own_lo : 0;
+    const int k_hi = cluster ? own_hi : p.k;
+    auto row_of = [&](int r) { return static_cast<const X*>(p.x) + int64_t(m0 + r) * p.ldx; };
+    const int group = Cfg::kThreads >> (rows <= 1 ? 0 : 32 - __clz(rows - 1));  // G
+    const int row = tid / group, gl = tid % group;  // this thread's row, its lane in the group
+    {
       uint32_t amax = 0;
-      constexpr int kStride = Cfg::kThreads * 8;
-      for (int k0 = k_lo + tid * 8; k0 < k_hi; k0 += 8 * kStride) {
-        uint4 raw[8];
+      if (row < rows) {
+        const X* x_row = row_of(row);
+        const int stride = group * kVec;
+        for (int k0 = k_lo + gl * kVec; k0 < k_hi; k0 += 8 * stride) {
+          uint4 raw[8];
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
-          raw[u] = k0 + u * kStride < k_hi
-                       ? __ldg(reinterpret_cast<const uint4*>(row + k0 + u * kStride))
-                       : make_uint4(0, 0, 0, 0);  // +0: no effect on the maximum
+          for (int u = 0; u < 8; ++u)
+            raw[u] = k0 + u * stride < k_hi
+                         ? __ldg(reinterpret_cast<const uint4*>(x_row + k0 + u * stride))
+                         : make_uint4(0, 0, 0, 0);  // +0: no effect on the maximum
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const X* v = reinterpret_cast<const X*>(&raw[u]);
+          for (int u = 0; u < 8; ++u) {
+            const X* v = reinterpret_cast<const X*>(&raw[u]);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) amax = max(amax, abs_bits(float(v[e])));
+            for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(float(v[e])));
+          }
         }
       }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-      if (lane == 0) partial[warp * BM + r] = amax;
+      // Groups are aligned powers of two, so an XOR within min(G, 32) lanes stays in the group.
+      for (int o = min(group, 32) >> 1; o > 0; o >>= 1)
+        amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+      if (row < rows && (gl & 31) == 0) partial[(gl >> 5) * BM + row] = amax;
     }
     __syncthreads();
     auto set_row_quant = [&](int r, uint32_t amax) {
@@ -428,7 +436,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     if (tid < BM) {
       uint32_t amax = 0;
       if (tid < rows)
-        for (int w = 0; w < kWarps; ++w) amax = max(amax, partial[w * BM + tid]);
+        for (int w = 0; w < max(1, group >> 5); ++w) amax = max(amax, partial[w * BM + tid]);
       if (cluster) row_amax[tid] = amax;
       else set_row_quant(tid, amax);
     }
@@ -444,14 +452,48 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         set_row_quant(tid, amax);
       }
     }
-    // The main loop's first barrier publishes row_quant (and orders these reads of a_fused
-    // before its first quantized tile is written).
+    __syncthreads();  // row_quant visible to every thread
+    // Quantize this CTA's K range of every valid row once into the resident A: kVec codes per
+    // 16-byte load (the loads hit L1, which the maxima just filled, or L2). Columns past K (the
+    // last K block's padding) get code 0; K % 32 == 0, so a load is all inside or all past K.
+    const int chunks = (kb_end - kb_begin) * 128 / kVec;  // per row
+#pragma unroll 4
+    for (int i = tid; i < rows * chunks; i += Cfg::kThreads) {
+      const int r = i / chunks, c = i - r * chunks;
+      const int k = own_lo + c * kVec;
+      const uint4 raw = k < own_hi ? __ldg(reinterpret_cast<const uint4*>(row_of(r) + k))
+                                   : make_uint4(0, 0, 0, 0);
+      const float scale = row_quant[4 * r];
+      const TokenDivider div{row_quant[4 * r + 1], row_quant[4 * r + 2], row_quant[4 * r + 3]};
+      const X* v = reinterpret_cast<const X*>(&raw);
+      uint32_t q[kVec / 4];
+#pragma unroll
+      for (int w = 0; w < kVec / 4; ++w) {
+        uint32_t packed = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          packed |= (uint32_t(quantize_dynamic(float(v[4 * w + e]), scale, div)) & 0xFFu)
+                    << (8 * e);
+        q[w] = packed;
+      }
+      uint8_t* dst = a_resident + r * p.resident_pitch + c * kVec;
+      if constexpr (kVec == 8) *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
+      else *reinterpret_cast<uint32_t*>(dst) = q[0];
+    }
+    // The main loop's first barrier publishes the resident A.
   }
   // The per-token scale of output row `row` (inside this tile).
   auto a_scale = [&](int row) {
     if constexpr (Cfg::kFusedQuant) return row_quant[4 * (row - m0)];
     else return p.a_scales[row * p.a_scale_step];
   };
+
+  // Fused quantization: this lane's A fragment words in the resident rows, and which of its two
+  // rows (lane/4 and lane/4 + 8) hold tokens.
+  [[maybe_unused]] const uint8_t* const res_lane =
+      a_resident + (lane >> 2) * p.resident_pitch + (lane & 3) * 4;
+  [[maybe_unused]] const bool res_lo = (lane >> 2) < p.m - m0;
+  [[maybe_unused]] const bool res_hi = (lane >> 2) + 8 < p.m - m0;
 
   for (int it = 0; it < num_kb; ++it) {
     ptx::cp_async_wait<STAGES - 2>();
@@ -463,37 +505,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     const int kb = kb_begin + it;
     const uint8_t* base = smem + (it % STAGES) * Cfg::kStageBytes;
-    const uint8_t* a_sh = base;
+    [[maybe_unused]] const uint8_t* a_sh = base;
     const uint8_t* w_sh = base + Cfg::kXStageBytes;
-    if constexpr (Cfg::kFusedQuant) {
-      // Quantize the stage's x tile into the int8 A tile: one 16-byte chunk (16 codes) per
-      // thread and pass. The loop's barrier above ordered the previous block's reads of a_fused
-      // before these writes; the one below publishes them.
-      for (int i = tid; i < BM * 8; i += Cfg::kThreads) {
-        const int r = i >> 3, c = i & 7;
-        const float scale = row_quant[4 * r];
-        const TokenDivider div{row_quant[4 * r + 1], row_quant[4 * r + 2], row_quant[4 * r + 3]};
-        const uint4 lo = ptx::lds128(a_sh + r * 256 + c * 32);
-        const uint4 hi = ptx::lds128(a_sh + r * 256 + c * 32 + 16);
-        const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        uint32_t q[4];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          uint32_t packed = 0;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const uint32_t bits = words[2 * w + e / 2];
-            const X v = *reinterpret_cast<const X*>(reinterpret_cast<const uint16_t*>(&bits) + (e & 1));
-            packed |= (uint32_t(quantize_dynamic(float(v), scale, div)) & 0xFFu) << (8 * e);
-          }
-          q[w] = packed;
-        }
-        *reinterpret_cast<uint4*>(a_fused + r * 128 + ((c ^ (r & 7)) << 4)) =
-            make_uint4(q[0], q[1], q[2], q[3]);
-      }
-      __syncthreads();
-      a_sh = a_fused;
-    }
     const uint8_t* g_sh = w_sh + Cfg::kWBytes;
 
     // This lane's 16 bytes of each n8 block hold its B fragments for the block's 4 k32 steps;
@@ -534,11 +547,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           b_param[nt] = reinterpret_cast<const uint16_t*>(
               g_sh)[grow * BN + warp_n * Cfg::WN + nt * 8 + (lane >> 2)];
       }
+      if constexpr (Cfg::kFusedQuant) {
+        // Straight from the resident rows: register 0 is row lane/4, bytes 4(lane%4).. of the
+        // k32 step, register 1 the same 8 rows down, registers 2 and 3 the step's second half.
+        const int kofs = it * 128 + j * 32;
+        a_frag[0][0] = res_lo ? ptx::lds32(res_lane + kofs) : 0u;
+        a_frag[0][2] = res_lo ? ptx::lds32(res_lane + kofs + 16) : 0u;
+        a_frag[0][1] = res_hi ? ptx::lds32(res_lane + 8 * p.resident_pitch + kofs) : 0u;
+        a_frag[0][3] = res_hi ? ptx::lds32(res_lane + 8 * p.resident_pitch + kofs + 16) : 0u;
+      } else {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int r = warp_m * Cfg::WM + mt * 16 + (lane & 15);
-        const int c = 2 * j + (lane >> 4);
-        ptx::ldmatrix_x4(a_frag[mt], a_sh + r * 128 + ((c ^ (r & 7)) << 4));
+        for (int mt = 0; mt < MT; ++mt) {
+          const int r = warp_m * Cfg::WM + mt * 16 + (lane & 15);
+          const int c = 2 * j + (lane >> 4);
+          ptx::ldmatrix_x4(a_frag[mt], a_sh + r * 128 + ((c ^ (r & 7)) << 4));
+        }
       }
     };
     load_fragments(0, af[0], bw[0], prm[0], bw8[0]);

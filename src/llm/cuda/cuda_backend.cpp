@@ -356,9 +356,13 @@ class CudaBackend final : public Backend {
         s += "    prefill gate_up " + L.gate_up[kPrefill]->describe(std::min<int64_t>(m_max_, 512)) +
              " (at M = " + std::to_string(std::min<int64_t>(m_max_, 512)) + ")\n";
       s += std::string("    linear inputs: decode ") +
-           cuda::to_string(L.qkv[kDecode]->input_kind(fuse_)) + ", prefill " +
-           cuda::to_string(L.qkv[kPrefill]->input_kind(fuse_)) +
-           (fuse_ ? " (int8 quantization fused into RMSNorm / SwiGLU / decode attention)" : "") +
+           cuda::to_string(L.qkv[kDecode]->input_kind(fuse_, 1)) +
+           (L.qkv[kDecode]->quantizes_in_linear(fuse_, 1) ? " (quantized inside the W4A8 GEMM)"
+                                                          : "") +
+           ", prefill " + cuda::to_string(L.qkv[kPrefill]->input_kind(fuse_, m_max_)) +
+           (L.qkv[kPrefill]->input_kind(fuse_, m_max_) == ActKind::s8_per_token
+                ? " (int8 quantization fused into RMSNorm / SwiGLU)"
+                : "") +
            "\n";
     }
     return s;
@@ -517,10 +521,12 @@ class CudaBackend final : public Backend {
     bool need_int8 = false;
     int64_t width = std::max({d, qd, f});
     auto note = [&](const GpuLinear& lin, bool prefill_attention_input) {
-      ActKind k = lin.input_kind(fuse_);
-      // The prefill attention writes floats; its int8 consumer quantizes itself.
-      if (prefill_attention_input && k == ActKind::s8_per_token) k = ActKind::f32;
-      need[static_cast<int>(k)] = true;
+      for (int64_t rows : {int64_t{1}, m}) {
+        ActKind k = lin.input_kind(fuse_, rows);
+        // The prefill attention writes floats; its int8 consumer quantizes itself.
+        if (prefill_attention_input && k == ActKind::s8_per_token) k = ActKind::f32;
+        need[static_cast<int>(k)] = true;
+      }
       if (lin.path() == GpuLinear::Path::packed_a8 || lin.path() == GpuLinear::Path::quantized_act)
         need_int8 = true;
       width = std::max(width, lin.k_padded());
@@ -648,6 +654,7 @@ class CudaBackend final : public Backend {
                                           static_cast<size_t>(m), s));
     }
     LinearInput li;
+    li.quantize_in_linear = lin.quantizes_in_linear(fuse_, m);
     if (in.kind == ActKind::s8_per_token) {
       li.quantized = true;
       li.qa.scheme = ActScheme::s8_per_token;
@@ -693,13 +700,13 @@ class CudaBackend final : public Backend {
       auto* kc = static_cast<uint16_t*>(k_cache_.data()) + l * cache_stride;
       auto* vc = static_cast<uint16_t*>(v_cache_.data()) + l * cache_stride;
       // Attention.
-      ActOutput h = act_output(L.qkv[ph]->input_kind(fuse_));
+      ActOutput h = act_output(L.qkv[ph]->input_kind(fuse_, m));
       cuda::launch_add_rmsnorm(x, l == 0 ? nullptr : delta, m, d,
                                static_cast<const float*>(L.attn_norm.data()), c_.norm_eps, h, s);
       mark("add_rmsnorm", s);
       run_linear(*L.qkv[ph], h, m, d, qkv, shape_.qkv_ld(), s, blas);
       mark("qkv", s);
-      ActKind att_kind = L.o[ph]->input_kind(fuse_);
+      ActKind att_kind = L.o[ph]->input_kind(fuse_, m);
       if (ph == kDecode) {
         const ActOutput att = act_output(att_kind);
         cuda::DecodeAttentionWorkspace ws;
@@ -727,13 +734,13 @@ class CudaBackend final : public Backend {
         run_linear(*L.o[ph], att, m, qd, delta, d, s, blas);
       }
       // MLP.
-      h = act_output(L.gate_up[ph]->input_kind(fuse_));
+      h = act_output(L.gate_up[ph]->input_kind(fuse_, m));
       cuda::launch_add_rmsnorm(x, delta, m, d, static_cast<const float*>(L.ffn_norm.data()),
                                c_.norm_eps, h, s);
       mark("add_rmsnorm", s);
       run_linear(*L.gate_up[ph], h, m, d, gu, 2 * f, s, blas);
       mark("gate_up", s);
-      const ActOutput a = act_output(L.down[ph]->input_kind(fuse_));
+      const ActOutput a = act_output(L.down[ph]->input_kind(fuse_, m));
       cuda::launch_swiglu(gu, m, f, a, s);
       mark("swiglu", s);
       run_linear(*L.down[ph], a, m, f, delta, d, s, blas);
@@ -746,7 +753,7 @@ class CudaBackend final : public Backend {
     const int64_t d = c_.dim, r0 = m - rows;
     auto* x = static_cast<float*>(x_.data()) + r0 * d;
     auto* delta = static_cast<float*>(delta_.data()) + r0 * d;
-    const ActOutput h = act_output(head_->input_kind(fuse_));
+    const ActOutput h = act_output(head_->input_kind(fuse_, rows));
     cuda::launch_add_rmsnorm(x, n_layers_ > 0 ? delta : nullptr, rows, d,
                              static_cast<const float*>(out_norm_.data()), c_.norm_eps, h, s);
     mark("add_rmsnorm", s);

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
@@ -211,13 +213,24 @@ std::unique_ptr<GpuLinear> GpuLinear::bf16_shared(Tensor w) {
   return l;
 }
 
-ActKind GpuLinear::input_kind(bool fuse_int8) const {
+bool GpuLinear::quantizes_in_linear(bool fuse_int8, int64_t m) const {
+  // NIBBLE_DECODE_INT8=producer keeps the producers' int8 at decode size too (A/B measurements).
+  static const bool producer = [] {
+    const char* v = std::getenv("NIBBLE_DECODE_INT8");
+    return v != nullptr && std::string_view(v) == "producer";
+  }();
+  return fuse_int8 && !producer && path_ == Path::packed_a8 &&
+         format_.act == ActScheme::s8_per_token && m <= kQuantizeInLinearMaxTokens;
+}
+
+ActKind GpuLinear::input_kind(bool fuse_int8, int64_t m) const {
   switch (path_) {
     case Path::cublas_bf16:
     case Path::packed_a16:
     case Path::weight_only: return ActKind::bf16;  // as the CPU backend feeds A16 formats
     case Path::packed_a8:
     case Path::quantized_act:
+      if (quantizes_in_linear(fuse_int8, m)) return ActKind::f32;
       return fuse_int8 && format_.act == ActScheme::s8_per_token ? ActKind::s8_per_token
                                                                  : ActKind::f32;
   }
@@ -247,6 +260,10 @@ void GpuLinear::forward(const LinearInput& in, const LinearScratch& scratch, int
       return;
     case Path::packed_a8:
     case Path::quantized_act: {
+      if (in.quantize_in_linear && path_ == Path::packed_a8) {
+        linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, stream);
+        return;
+      }
       QuantizedActivationView qa;
       if (in.quantized) {
         qa = in.qa;

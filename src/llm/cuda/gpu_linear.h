@@ -48,6 +48,9 @@ struct LinearInput {
   TensorView x;                 ///< (M, ≥ k_padded()) bf16 or f32; unused when `quantized`
   QuantizedActivationView qa;   ///< s8 per token (M, k_padded()), when `quantized`
   bool quantized = false;
+  /// Float x for an int8-activation layer: nibble::linear(x, packed) quantizes it per token
+  /// (inside its GEMM where it can) instead of quantize_activation into the scratch first.
+  bool quantize_in_linear = false;
 };
 
 /// Where a layer quantizes its own input when the producer wrote floats: (M, ld) bytes and M
@@ -82,9 +85,18 @@ class GpuLinear {
   static void check_mode(const std::string& mode);
 
   Path path() const { return path_; }
-  /// The input form this layer reads; `fuse_int8` lets producers quantize int8 per token
-  /// themselves (else they write f32 and forward() calls quantize_activation).
-  ActKind input_kind(bool fuse_int8) const;
+  /// The input form this layer reads for m tokens. `fuse_int8` lets the int8 per-token
+  /// quantization be fused: into the W4A8 GEMM at decode size (quantizes_in_linear: the
+  /// producer writes f32), else into the producer (it writes int8 and the scales). Without it
+  /// producers write f32 and forward() calls quantize_activation.
+  ActKind input_kind(bool fuse_int8, int64_t m) const;
+  /// Whether forward() hands f32 rows to nibble::linear(x, packed), which quantizes them inside
+  /// its GEMM (packed W4A8 with per-token int8, fuse_int8, m ≤ kQuantizeInLinearMaxTokens).
+  bool quantizes_in_linear(bool fuse_int8, int64_t m) const;
+  /// Tokens up to which the packed W4A8 layers quantize their own f32 input (the decode step):
+  /// there one GEMM that quantizes each CTA's slice of the row beats a producer that quantizes
+  /// the whole row after a grid-wide maximum (docs/runner.md, "deferred int8").
+  static constexpr int64_t kQuantizeInLinearMaxTokens = 1;
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t k_padded() const { return kp_; }
