@@ -45,16 +45,21 @@ inline bool overlap_split_k_launch(int cc_major, int splits) {
   return overlapping_launch_allowed(cc_major) && splits > 1;
 }
 
-/// Weight blocks per row that an overlapping decode GEMM asks L2 for before it waits, past the
-/// ring stages it loads early (NIBBLE_PREFETCH_BLOCKS, default 2; 0: none). Measured on the H100
-/// at M = 1 with 0, 2 and 8 blocks from the CTA's first one (no early stages then): 2 was
-/// fastest on every split-K layer (8 was slower than none).
-inline int overlap_prefetch_blocks() {
+/// Weight blocks per row that a decode GEMM asks L2 for, past the ring stages it loads before
+/// waiting for the kernel before it (NIBBLE_PREFETCH_BLOCKS sets it; 0: none). Launched to
+/// overlap (`overlap`), where every prologue stage's weights already load before the wait:
+/// none. Measured on the H100 (2026-11-24, bench/results/h100_prefetch_blocks_ab.log), 0 against
+/// 2: Llama-3-8B decode W4A8 363.3-363.4 against 360.7-362.2 tokens/s (404 against 397 at a
+/// 16-token context), W4A16 284.3-284.6 against 274.4-274.6; alone at M = 1 6144x4096 8.33
+/// against 8.74 us (W4A16 14.2 against 15.6). A plain launch (the one-wave layers) keeps 2 from
+/// the CTA's first block: 28672x4096 24.9 us against 25.3 with none (and 25.0 against 27.2 with
+/// the early stages, 2026-11-23).
+inline int overlap_prefetch_blocks(bool overlap) {
   static const int blocks = [] {
     const char* v = std::getenv("NIBBLE_PREFETCH_BLOCKS");
-    return v != nullptr && v[0] != '\0' ? std::atoi(v) : 2;
+    return v != nullptr && v[0] != '\0' ? std::atoi(v) : -1;
   }();
-  return blocks;
+  return blocks >= 0 ? blocks : overlap ? 0 : 2;
 }
 
 /// Ring stages whose weights a decode GEMM loads into shared memory before it waits for the

@@ -173,7 +173,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
   p.overlap_allowed = overlap_split_k_launch(dev.cc_major, plan.splits);
-  p.prefetch_blocks = overlap_prefetch_blocks();
+  p.prefetch_blocks = overlap_prefetch_blocks(p.overlap_allowed);
   p.early_weight_stages = overlap_early_weight_stages(p.overlap_allowed);
   p.ldw = l.ldw;
   p.w_scale_dtype = l.w_scale_dtype;

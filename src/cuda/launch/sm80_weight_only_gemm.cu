@@ -193,7 +193,7 @@ void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.splits = plan.splits;
   p.kblocks_per_split = plan.kblocks_per_split;
   p.overlap_allowed = overlap_split_k_launch(dev.cc_major, plan.splits);
-  p.prefetch_blocks = overlap_prefetch_blocks();
+  p.prefetch_blocks = overlap_prefetch_blocks(p.overlap_allowed);
   p.early_weight_stages = overlap_early_weight_stages(p.overlap_allowed);
   // sm_90+: the splits of a decode tile are one thread-block cluster and reduce over
   // distributed shared memory (cuda/common/split_k.cuh) instead of through the workspace.
