@@ -318,7 +318,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         });
         // W4A8 with bf16 activations in, the per-token quantization included: what linear(x,
         // packed) runs by default (inside the GEMM where fused_quant_fits, else the activation
-        // kernel + the int8 GEMM), and for M <= 16 the two launches forced
+        // kernel + the int8 GEMM), and where the fused path runs, the two launches forced
         // (NIBBLE_FUSED_ACT_QUANT=0, read by each call, so it is set around the timing).
         if (!weight_only && f.act == ActScheme::s8_per_token) {
           auto bf16_in = [&, d, x](int i) {

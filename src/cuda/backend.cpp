@@ -198,18 +198,19 @@ bool fused_act_quant_enabled() {  // read on every call: tests and benches switc
   return v == nullptr || v[0] != '0';
 }
 
-bool fused_act_quant_runs(int device, int64_t m, int64_t n, int64_t k, const LinearFormat& f) {
-  if (!fused_act_quant_enabled() || f.act != ActScheme::s8_per_token) return false;
-  const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
-  const W4A8Plan plan = plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(f.weight),
-                                       f.weight.group_size, cuda_device_info(device).sm_count);
+// Whether linear(x, packed) quantizes x inside sm80_w4a8_gemm for this packed W4A8 problem.
+bool fused_act_quant_runs(int device, int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
+                          const WeightFormat& w) {
+  if (!fused_act_quant_enabled()) return false;
+  const W4A8Plan plan = plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(w), w.group_size,
+                                       cuda_device_info(device).sm_count);
   return fused_quant_fits(plan, m);
 }
 
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (fused_act_quant_runs(x.device.index, m, w.n, k, LinearFormat{w.format, ActScheme::s8_per_token})) {
+  if (fused_act_quant_runs(x.device.index, m, w.n_pad, k, w.k_pad, w.format)) {
     W4A8Launch l = w4a8_launch(x, w, bias, d);
     l.a = nullptr;  // x is the A source, quantized in the kernel
     l.x = x.data;
@@ -318,7 +319,7 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
                                   format.weight.group_size, 4);
   if (format.act != ActScheme::s8_per_token) return s;
   return s + "; with float activations (linear(x, packed)) " +
-         (fused_act_quant_runs(device, m, n, k, format)
+         (fused_act_quant_runs(device, m, n_pad, k, k_pad, format.weight)
               ? std::string("the per-token quantization is fused into sm80_w4a8_gemm's 16-row "
                             "tile (one launch: the rows of each CTA's K range quantized once "
                             "into shared memory)")
