@@ -152,7 +152,8 @@ std::vector<float> SafetensorsFile::to_f32(const SafetensorsTensor& t) const {
   const auto n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
   if (t.dtype == "F32") {
-    std::memcpy(out.data(), p, n * 4);
+    // An empty vector's data() may be null, and memcpy's pointers must not be, even for 0 bytes.
+    if (n != 0) std::memcpy(out.data(), p, n * 4);
   } else if (t.dtype == "F16" || t.dtype == "BF16") {
     const bool bf = t.dtype == "BF16";
     for (size_t i = 0; i < n; ++i) {

@@ -60,6 +60,24 @@ TEST(LlmSafetensors, WriterAndReaderRoundTrip) {
   EXPECT_THROW(f.tensor("nope"), Error);
 }
 
+// Zero-element tensors (a shape with a 0) read as empty vectors in every float dtype. The
+// fuzzer found the F32 case passing a null destination to memcpy (UBSan); its input is kept in
+// tests/fuzz/corpus/safetensors.
+TEST(LlmSafetensors, EmptyFloatTensorsReadAsEmptyVectors) {
+  const std::string header =
+      R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+      R"( "e32": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},)"
+      R"( "e16": {"dtype": "F16", "shape": [2, 0], "data_offsets": [4, 4]},)"
+      R"( "eb16": {"dtype": "BF16", "shape": [0], "data_offsets": [4, 4]},)"
+      R"( "e64": {"dtype": "F64", "shape": [0, 3], "data_offsets": [4, 4]}})";
+  const SafetensorsFile f = SafetensorsFile::parse(with_header(header, 4), "empty tensors");
+  for (const char* name : {"e32", "e16", "eb16", "e64"}) {
+    SCOPED_TRACE(name);
+    EXPECT_TRUE(f.to_f32(f.tensor(name)).empty());
+  }
+  EXPECT_EQ(f.to_f32(f.tensor("a")), std::vector<float>{0.0f});
+}
+
 TEST(LlmSafetensors, EveryTruncationIsRejected) {
   const std::vector<uint8_t> full = sample_file();
   for (size_t n = 0; n < full.size(); ++n) {
