@@ -65,6 +65,38 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
 
+/// Fusions of linear(x, w, bias, d, fusion) for a pre-norm residual stream (a Llama block:
+/// r += o(attn); h = rmsnorm(r)·g; qkv(h); ...; r += down(mlp); ...) with no separate add or
+/// norm kernel. The linear that adds into the residual r also writes r's row sums of squares in
+/// 16-column granules; the next linear, reading r as its x, normalizes it from those sums inside
+/// its per-token quantization. Every sum has a defined order, so all backends agree bit for bit
+/// (docs/formats.md §6.2):
+///   granule sums   s[m,b] = tree16_{n = 16b .. 16b+15} f64(d[m,n])²   (columns past N: 0)
+///   row total      t[m]   = tree32_{l < 32} (Σ_{b ≡ l mod 32, b ascending} s[m,b])
+///   tree16/tree32: v[i] ← v[i] + v[i XOR o] for o = 8, 4, 2, 1 (16, 8, ..., 1); the sum is v[0]
+///   norm           inv[m] = f32(1 / sqrt(t[m] / K + eps))       (f64 division, sum and sqrt)
+///                  y[m,k] = RN(RN(x[m,k] · inv[m]) · norm_weight[k])   (f32)
+/// then y is quantized per token exactly as quantize_activation would.
+struct LinearFusion {
+  /// Output side, d f32: d = d + result (one f32 addition per element).
+  bool accumulate = false;
+  /// Output side: when given, (M, ceil(N/16)) f64, rows contiguous, receives the granule sums s
+  /// of the values d holds after the call. Needs d f32.
+  TensorView out_sumsq;
+  /// Input side: RMSNorm of x from the granule sums of x's rows written by the linear that
+  /// produced x: (M, ceil(K/16)) f64, rows contiguous; empty: no norm.
+  TensorView in_sumsq;
+  TensorView norm_weight;  ///< (K) f32, with in_sumsq
+  float norm_eps = 1e-6f;  ///< positive and finite, with in_sumsq
+};
+
+/// linear(x, w, bias, d) with `fusion`: packed W4A8 weights only (layout w4_mma_k128). On CUDA,
+/// for f32 x where the quantization runs inside the GEMM (M ≤ 4; explain()), the norm runs in its
+/// prologue and the add and the sums in its epilogue (one launch); otherwise small kernels do
+/// them around the unfused path, with the same results.
+void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+            const TensorView& d, const LinearFusion& fusion, Stream stream = nullptr);
+
 /// Integer GEMM D (M, N) s32 = A (M, K) s8 · W (N, K)ᵀ with s4 weights packed by pack_s4_matrix
 /// (or any packed s4_sym weight, whose scales are then ignored). Exact; same limits as above.
 void gemm_s32(const TensorView& a, const PackedWeightView& w, const TensorView& d,

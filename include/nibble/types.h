@@ -32,9 +32,10 @@ enum class DType : uint8_t {
   s4,    ///< two's-complement int4 in [-8, 7], two per byte, element 2i in the low nibble
   u4,    ///< uint4 in [0, 15], two per byte, element 2i in the low nibble
   s32,   ///< two's-complement int32
+  f64,   ///< IEEE binary64 (LinearFusion's row sums of squares)
 };
 
-/// Bits per element (4, 8, 16 or 32).
+/// Bits per element (4, 8, 16, 32 or 64).
 int dtype_bits(DType t);
 /// Canonical lower-case name: "f32", "bf16", "e4m3", "s4", ...
 const char* to_string(DType t);
@@ -42,7 +43,7 @@ const char* to_string(DType t);
 DType parse_dtype(std::string_view name);
 /// Bytes needed by `count` elements (rounded up for 4-bit types).
 int64_t dtype_storage_bytes(DType t, int64_t count);
-bool is_float(DType t);    ///< f32, f16, bf16, e4m3
+bool is_float(DType t);    ///< f32, f16, bf16, e4m3, f64
 bool is_integer(DType t);  ///< s8, u8, s4, u4, s32
 
 enum class DeviceType : uint8_t { cpu, cuda };

@@ -16,6 +16,7 @@ std::optional<DType> natural_dtype(dl::dtype t) {
     case dl::dtype_code::Float:
       if (t.bits == 32) return DType::f32;
       if (t.bits == 16) return DType::f16;
+      if (t.bits == 64) return DType::f64;
       break;
     case dl::dtype_code::Bfloat:
       if (t.bits == 16) return DType::bf16;
@@ -256,6 +257,7 @@ nb::object to_numpy(const Tensor& t) {
     case DType::bf16: type = nb::dtype<uint16_t>(); break;
     case DType::s8: type = nb::dtype<int8_t>(); break;
     case DType::s32: type = nb::dtype<int32_t>(); break;
+    case DType::f64: type = nb::dtype<double>(); break;
     case DType::e4m3:
     case DType::u8:
     case DType::s4:

@@ -1,8 +1,12 @@
 // Public entry points for packed weights: validate, then run the tensor-core kernels (CUDA) or
 // the reference on the unpacked values (CPU).
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "api/validate.h"
+#include "common/residual_norm.h"
 #include "cpu/reference.h"
 #include "cpu/view_access.h"
 #include "nibble/gemm.h"
@@ -150,8 +154,98 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 #endif
 }
 
-void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
-            const TensorView& d, Stream stream) {
+namespace {
+
+// A fusion view is switched off by leaving it default-constructed.
+bool present(const TensorView& t) { return t.data != nullptr || t.rank != 0; }
+
+// Whether the bytes of two row-major (rows, cols) views with contiguous rows overlap.
+bool overlaps(const TensorView& a, const TensorView& b) {
+  const auto span = [](const TensorView& t) {
+    const auto* p = static_cast<const char*>(t.data);
+    const int64_t bytes = ((t.size(0) - 1) * t.stride(0) + t.size(1)) * dtype_bits(t.dtype) / 8;
+    return std::pair{p, p + bytes};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+void check_linear_fusion(const ArgCheck& check, const TensorView& x, const PackedWeightView& w,
+                         const TensorView& d, const LinearFusion& f) {
+  const int64_t m = x.size(0);
+  check.condition(w.layout == WeightLayout::w4_mma_k128, "fusion",
+                  std::string("needs packed W4A8 weights (layout w4_mma_k128), got layout ") +
+                      to_string(w.layout));
+  if (f.accumulate || present(f.out_sumsq))
+    check.condition(d.dtype == DType::f32, "d",
+                    std::string("must be f32 with fusion.accumulate or fusion.out_sumsq (the "
+                                "residual stream), got ") + to_string(d.dtype));
+  auto sums = [&](const TensorView& t, const char* arg, int64_t cols) {
+    check.tensor(t, arg, 2);
+    check.dtype(t, arg, {DType::f64});
+    check.shape(t, arg, {m, detail::sumsq_granules(cols)});
+    check.rows_packed(t, arg);
+    check.device(t, arg, x.device);
+  };
+  if (present(f.out_sumsq)) sums(f.out_sumsq, "fusion.out_sumsq", w.n);
+  if (!present(f.in_sumsq)) {
+    check.condition(!present(f.norm_weight), "fusion.norm_weight",
+                    "is given without fusion.in_sumsq: the norm needs the rows' sums of squares");
+    return;
+  }
+  sums(f.in_sumsq, "fusion.in_sumsq", w.k);
+  check.tensor(f.norm_weight, "fusion.norm_weight", 1);
+  check.dtype(f.norm_weight, "fusion.norm_weight", {DType::f32});
+  check.shape(f.norm_weight, "fusion.norm_weight", {w.k});
+  check.contiguous(f.norm_weight, "fusion.norm_weight");
+  check.device(f.norm_weight, "fusion.norm_weight", x.device);
+  check.condition(std::isfinite(f.norm_eps) && f.norm_eps > 0.0f, "fusion.norm_eps",
+                  "must be positive and finite, got " + std::to_string(f.norm_eps));
+  if (present(f.out_sumsq))
+    check.condition(!overlaps(f.in_sumsq, f.out_sumsq), "fusion.out_sumsq",
+                    "must not overlap fusion.in_sumsq (a launch reads one while it writes the "
+                    "other)");
+}
+
+// The reference of linear with LinearFusion (docs/formats.md §6.2): normalize x, quantize it per
+// token, the linear in f32, then the add and the granule sums.
+void linear_fused_on_cpu(const TensorView& x, const QuantizedWeight& logical,
+                         const TensorView* bias, const TensorView& d, const LinearFusion& f) {
+  const int64_t m = x.size(0), k = x.size(1), n = logical.view().n;
+  std::vector<float> y;
+  TensorView in = x;
+  if (present(f.in_sumsq)) {
+    y.resize(static_cast<size_t>(m * k));
+    for (int64_t r = 0; r < m; ++r) {
+      const auto* s = static_cast<const double*>(f.in_sumsq.data) + r * f.in_sumsq.stride(0);
+      const float inv = detail::rms_inverse(s, f.in_sumsq.size(1), k, f.norm_eps);
+      for (int64_t c = 0; c < k; ++c)
+        y[static_cast<size_t>(r * k + c)] =
+            detail::rms_apply(cpu::get_float(x, r, c), inv, cpu::get_float(f.norm_weight, c, 0));
+    }
+    in = TensorView::contiguous(y.data(), DType::f32, {m, k});
+  }
+  QuantizedActivation a(ActScheme::s8_per_token, m, k);
+  quantize_activation(in, a.view());
+  if (!f.accumulate && !present(f.out_sumsq)) return cpu::linear(a.view(), logical.view(), bias, d);
+  std::vector<float> result(static_cast<size_t>(m * n));
+  cpu::linear(a.view(), logical.view(), bias,
+              TensorView::contiguous(result.data(), DType::f32, {m, n}));
+  for (int64_t r = 0; r < m; ++r) {
+    float* row = static_cast<float*>(d.data) + r * d.stride(0);
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = result[static_cast<size_t>(r * n + c)];
+      row[c] = f.accumulate ? row[c] + v : v;
+    }
+    if (present(f.out_sumsq))
+      detail::granule_sums(row, n,
+                           static_cast<double*>(f.out_sumsq.data) + r * f.out_sumsq.stride(0));
+  }
+}
+
+void linear_float_in(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+                     const TensorView& d, const LinearFusion* fusion, Stream stream) {
   const ArgCheck check("linear");
   check.tensor(x, "x", 2);
   const Device device = x.device;
@@ -163,6 +257,7 @@ void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bi
                       std::to_string(x.size(1)));
   check.rows_packed(x, "x");
   check_output(check, bias, d, x.size(0), w.n, device);
+  if (fusion != nullptr) check_linear_fusion(check, x, w, d, *fusion);
   // W4A8 weights with float activations: per-token dynamic int8 quantization first (fused into
   // the GEMM on the GPU for small M), so the result equals quantize_activation + linear.
   const bool quantizing = w.layout == WeightLayout::w4_mma_k128;
@@ -174,6 +269,7 @@ void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bi
   if (device.type == DeviceType::cpu) {
     check.dtype(x, "x", {DType::f32, DType::f16, DType::bf16});
     const QuantizedWeight logical = unpack_weight(w);
+    if (fusion != nullptr) return linear_fused_on_cpu(x, logical, bias, d, *fusion);
     if (!quantizing) return cpu::linear(x, logical.view(), bias, d);
     QuantizedActivation a(ActScheme::s8_per_token, x.size(0), x.size(1));
     quantize_activation(x, a.view());
@@ -188,10 +284,23 @@ void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bi
                       std::to_string(w.k));
   check_cuda_alignment(check, x, "x");
 #if NIBBLE_WITH_CUDA
+  if (fusion != nullptr) return cuda::linear_packed(x, w, bias, d, *fusion, stream);
   cuda::linear_packed(x, w, bias, d, stream);
 #else
   (void)stream;
 #endif
+}
+
+}  // namespace
+
+void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+            const TensorView& d, Stream stream) {
+  linear_float_in(x, w, bias, d, nullptr, stream);
+}
+
+void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+            const TensorView& d, const LinearFusion& fusion, Stream stream) {
+  linear_float_in(x, w, bias, d, &fusion, stream);
 }
 
 void gemm_s32(const TensorView& a, const PackedWeightView& w, const TensorView& d, Stream stream) {

@@ -121,6 +121,7 @@ float load_float(const void* base, DType t, int64_t i) {
     case DType::f16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::bf16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::e4m3: return e4m3_bits_to_f32(static_cast<const uint8_t*>(base)[i]);
+    case DType::f64: return static_cast<float>(static_cast<const double*>(base)[i]);
     default:
       detail::fail(ErrorCode::internal,
                    std::string("nibble::load_float: not a float dtype: ") + to_string(t));
@@ -133,6 +134,7 @@ void store_float(void* base, DType t, int64_t i, float x) {
     case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16_bits(x); return;
     case DType::bf16: static_cast<uint16_t*>(base)[i] = f32_to_bf16_bits(x); return;
     case DType::e4m3: static_cast<uint8_t*>(base)[i] = f32_to_e4m3_bits(x); return;
+    case DType::f64: static_cast<double*>(base)[i] = x; return;
     default:
       detail::fail(ErrorCode::internal,
                    std::string("nibble::store_float: not a float dtype: ") + to_string(t));

@@ -16,6 +16,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::f32, "f32", 32}, {DType::f16, "f16", 16}, {DType::bf16, "bf16", 16},
     {DType::e4m3, "e4m3", 8}, {DType::s8, "s8", 8},   {DType::u8, "u8", 8},
     {DType::s4, "s4", 4},     {DType::u4, "u4", 4},   {DType::s32, "s32", 32},
+    {DType::f64, "f64", 64},
 };
 // clang-format on
 const DTypeInfo& info(DType t) {
@@ -34,12 +35,13 @@ DType parse_dtype(std::string_view name) {
     if (name == i.name) return i.dtype;
   detail::fail(ErrorCode::invalid_argument,
                "nibble::parse_dtype: unknown dtype '" + std::string(name) +
-                   "', expected one of f32 f16 bf16 e4m3 s8 u8 s4 u4 s32");
+                   "', expected one of f32 f16 bf16 e4m3 s8 u8 s4 u4 s32 f64");
 }
 
 int64_t dtype_storage_bytes(DType t, int64_t count) { return (count * dtype_bits(t) + 7) / 8; }
 bool is_float(DType t) {
-  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::e4m3;
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::e4m3 ||
+         t == DType::f64;
 }
 bool is_integer(DType t) { return !is_float(t); }
 

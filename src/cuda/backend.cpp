@@ -9,6 +9,7 @@
 #include "cuda/dispatch/int8_mma.h"
 #include "cuda/dispatch/registry.h"
 #include "cuda/generic/act_quant.h"
+#include "cuda/generic/residual_norm.h"
 #include "cuda/generic/simt_linear.h"
 #include "cuda/generic/simt_linear_entry.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
@@ -207,8 +208,26 @@ bool fused_act_quant_runs(int device, int64_t m, int64_t n_pad, int64_t k, int64
   return fused_quant_fits(plan, m);
 }
 
+// The int8 codes of x (M, K) in a workspace region at `base`: rows padded to 16 bytes, then the
+// M f32 scales (int8_bytes(m, k) bytes).
+size_t int8_bytes(int64_t m, int64_t k) {
+  return size_t(m) * size_t((k + 15) / 16 * 16) + size_t(m) * sizeof(float);
+}
+QuantizedActivationView int8_region(uint8_t* base, int64_t m, int64_t k, Device device) {
+  const int64_t ldq = (k + 15) / 16 * 16;
+  QuantizedActivationView a;
+  a.scheme = ActScheme::s8_per_token;
+  a.q = TensorView::contiguous(base, DType::s8, {m, k}, device);
+  a.q.strides[0] = ldq;
+  a.scales = TensorView::contiguous(base + size_t(m) * size_t(ldq), DType::f32, {m}, device);
+  return a;
+}
+
+// x quantized inside the GEMM (fused_act_quant_runs), or by the activation kernel into `int8`
+// (int8_bytes of workspace) and then the int8-activation kernels.
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
-                                 const TensorView* bias, const TensorView& d, Stream stream) {
+                                 const TensorView* bias, const TensorView& d, uint8_t* int8,
+                                 Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
   if (fused_act_quant_runs(x.device.index, m, w.n_pad, k, w.k_pad, w.format)) {
     W4A8Launch l = w4a8_launch(x, w, bias, d);
@@ -218,20 +237,80 @@ void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
     l.x_dtype = x.dtype;
     return launch_sm80_w4a8(l, stream);
   }
-  // q (M, K) s8 rows padded to 16 bytes, then the M f32 scales.
-  const int64_t ldq = (k + 15) / 16 * 16;
-  const size_t q_bytes = size_t(m) * size_t(ldq);
-  auto* base = static_cast<uint8_t*>(
-      activation_workspace(x.device.index, stream, q_bytes + size_t(m) * sizeof(float)));
-  QuantizedActivationView a;
-  a.scheme = ActScheme::s8_per_token;
-  a.q = TensorView::contiguous(base, DType::s8, {m, k}, x.device);
-  a.q.strides[0] = ldq;
-  a.scales = TensorView::contiguous(base + q_bytes, DType::f32, {m}, x.device);
+  const QuantizedActivationView a = int8_region(int8, m, k, x.device);
   cuda::quantize_activation(x, a, ActQuantFusion{}, stream);
   linear_packed(a, w, bias, d, stream);
 }
+
+void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
+                                 const TensorView* bias, const TensorView& d, Stream stream) {
+  const int64_t m = x.size(0), k = x.size(1);
+  uint8_t* int8 = nullptr;
+  if (!fused_act_quant_runs(x.device.index, m, w.n_pad, k, w.k_pad, w.format))
+    int8 = static_cast<uint8_t*>(activation_workspace(x.device.index, stream, int8_bytes(m, k)));
+  linear_packed_w4a8_float_in(x, w, bias, d, int8, stream);
+}
+
+// Whether sm80_w4a8_gemm runs LinearFusion inside (residual_fusion_fits, f32 x and d).
+bool residual_fusion_runs(const TensorView& x, const PackedWeightView& w, const TensorView& d) {
+  if (!fused_act_quant_enabled() || x.dtype != DType::f32 || d.dtype != DType::f32) return false;
+  const DeviceInfo dev = cuda_device_info(x.device.index);
+  const W4A8Plan plan = plan_sm80_w4a8(x.size(0), w.n_pad, w.k, w.k_pad, epilogue_of(w.format),
+                                       w.format.group_size, dev.sm_count);
+  return residual_fusion_fits(plan, x.size(0), dev.cc_major);
+}
 }  // namespace
+
+void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+                   const TensorView& d, const LinearFusion& f, Stream stream) {
+  detail::DeviceGuard guard(x.device.index);
+  require_sm80(x.device.index);
+  const bool norm = f.in_sumsq.data != nullptr;
+  const bool out = f.accumulate || f.out_sumsq.data != nullptr;
+  if (residual_fusion_runs(x, w, d)) {
+    W4A8Launch l = w4a8_launch(x, w, bias, d);
+    l.a = nullptr;
+    l.x = x.data;
+    l.ldx = x.stride(0);
+    l.x_dtype = x.dtype;
+    if (norm) {
+      l.in_sumsq = static_cast<const double*>(f.in_sumsq.data);
+      l.in_sumsq_ld = f.in_sumsq.stride(0);
+      l.norm_weight = static_cast<const float*>(f.norm_weight.data);
+      l.norm_eps = f.norm_eps;
+    }
+    l.accumulate = f.accumulate;
+    if (f.out_sumsq.data != nullptr) {
+      l.out_sumsq = static_cast<double*>(f.out_sumsq.data);
+      l.out_sumsq_ld = f.out_sumsq.stride(0);
+    }
+    return launch_sm80_w4a8(l, stream);
+  }
+  // The fusions around the unfused path, in one workspace: y (the normalized x, f32), t (the
+  // linear's f32 result), then the int8 codes if x is quantized by the activation kernel.
+  const int64_t m = x.size(0), k = x.size(1);
+  const auto align = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t y_bytes = norm ? align(size_t(m) * size_t(k) * 4) : 0;
+  const size_t t_bytes = out ? align(size_t(m) * size_t(w.n) * 4) : 0;
+  auto* base = static_cast<uint8_t*>(activation_workspace(
+      x.device.index, stream, y_bytes + t_bytes + int8_bytes(m, k)));
+  TensorView in = x;
+  if (norm) {
+    auto* y = reinterpret_cast<float*>(base);
+    launch_rms_from_sums(m, k, operand(x), static_cast<const double*>(f.in_sumsq.data),
+                         f.in_sumsq.stride(0), static_cast<const float*>(f.norm_weight.data),
+                         f.norm_eps, y, k, stream);
+    in = TensorView::contiguous(y, DType::f32, {m, k}, x.device);
+  }
+  TensorView result = d;
+  if (out) result = TensorView::contiguous(base + y_bytes, DType::f32, {m, w.n}, x.device);
+  linear_packed_w4a8_float_in(in, w, bias, result, base + y_bytes + t_bytes, stream);
+  if (out)
+    launch_residual_store(m, w.n, static_cast<const float*>(result.data), w.n,
+                          static_cast<float*>(d.data), d.stride(0), f.accumulate,
+                          static_cast<double*>(f.out_sumsq.data),
+                          f.out_sumsq.data != nullptr ? f.out_sumsq.stride(0) : 0, stream);
+}
 
 void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
                    const TensorView& d, Stream stream) {

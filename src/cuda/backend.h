@@ -6,6 +6,7 @@
 #include <string>
 
 #include "nibble/formats.h"
+#include "nibble/gemm.h"
 #include "nibble/layout.h"
 #include "nibble/quantize.h"
 #include "nibble/types.h"
@@ -25,6 +26,10 @@ void linear_packed(const QuantizedActivationView& a, const PackedWeightView& w,
                    const TensorView* bias, const TensorView& d, Stream stream);
 void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
                    const TensorView& d, Stream stream);
+/// With LinearFusion (validated by the caller: layout w4_mma_k128, d f32 where the output side
+/// is used, views on x's device).
+void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
+                   const TensorView& d, const LinearFusion& fusion, Stream stream);
 void gemm_s32_packed(const TensorView& a, const PackedWeightView& w, const TensorView& d,
                      Stream stream);
 std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k, int device);

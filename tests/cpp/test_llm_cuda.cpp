@@ -789,10 +789,14 @@ TEST(LlmCudaBackend, ProfiledDecodeStepTimesEveryOpAndLeavesTheStateAsADecodeSte
   const int32_t token = 5;
   const auto ops = profiled->profile_decode_step(token, 9);
   const int64_t layers = profiled->n_layers();
+  // Two add_rmsnorm: the first block's attention norm (of the embedding row) and the bf16
+  // head's. The other norms run inside the W4A8 qkv and gate_up linears, and the o and down
+  // linears add into the residual stream (LinearFusion; NIBBLE_DECODE_NORM=kernel would give
+  // 2 · layers + 1).
   const std::map<std::string, int64_t> want = {
-      {"embedding", 1},      {"add_rmsnorm", 2 * layers + 1}, {"qkv", layers},
-      {"attention", layers}, {"o", layers},                   {"gate_up", layers},
-      {"swiglu", layers},    {"down", layers},                {"head", 1}};
+      {"embedding", 1},      {"add_rmsnorm", 2}, {"qkv", layers},
+      {"attention", layers}, {"o", layers},      {"gate_up", layers},
+      {"swiglu", layers},    {"down", layers},   {"head", 1}};
   ASSERT_EQ(ops.size(), want.size());
   for (const auto& op : ops) {
     ASSERT_TRUE(want.count(op.op)) << op.op;
@@ -819,9 +823,16 @@ TEST(LlmCudaBackend, FusedInt8QuantizationEqualsQuantizeActivation) {
     auto plain = backend("cuda", c, unfused);
     const auto prompt = prompt_of(11, c.vocab_size);
     EXPECT_EQ(logits_of(*fused, prompt, 0, true), logits_of(*plain, prompt, 0, true));
+    // The packed W4A8 decode steps also take their RMSNorm inside the linear (LinearFusion:
+    // the mean of squares from 16-column granule sums and an f32 tail, where the runner's norm
+    // kernel sums in double in its own order): the same norm to an ulp, so an int8 rounding
+    // step can move; W8A8 stays bit-identical.
+    const bool norm_in_linear = std::string(mode) != "w8a8";
     for (int64_t p = 11; p < 15; ++p) {
       const std::vector<int32_t> one = {static_cast<int32_t>((p * 29) % c.vocab_size)};
-      ASSERT_EQ(logits_of(*fused, one, p, false), logits_of(*plain, one, p, false)) << "step " << p;
+      const auto f = logits_of(*fused, one, p, false), u = logits_of(*plain, one, p, false);
+      if (norm_in_linear) EXPECT_LT(rel_frob(f, u), kGpuCpuTolInt8) << "step " << p;
+      else ASSERT_EQ(f, u) << "step " << p;
     }
   }
 }

@@ -1408,8 +1408,8 @@ TEST(ValidateTensor, CopyFromAndOtherConstructors) {
       },
       kInvalid, {"nibble::TensorView::contiguous", "rank 5 exceeds the maximum of 4"}));
   EXPECT_TRUE(throws_error(
-      [] { parse_dtype("f64"); }, kInvalid,
-      {"nibble::parse_dtype", "unknown dtype 'f64'", "f32 f16 bf16 e4m3 s8 u8 s4 u4 s32"}));
+      [] { parse_dtype("f128"); }, kInvalid,
+      {"nibble::parse_dtype", "unknown dtype 'f128'", "f32 f16 bf16 e4m3 s8 u8 s4 u4 s32 f64"}));
   EXPECT_TRUE(throws_error([] { parse_dtype(""); }, kInvalid, {"unknown dtype ''"}));
   EXPECT_TRUE(throws_error([] { parse_dtype("S8"); }, kInvalid, {"unknown dtype 'S8'"}));
 }

@@ -93,6 +93,38 @@ __device__ __forceinline__ void park_mma_fragments(uint32_t* tile, int row0, int
         tile[(row0 + mt * 16 + (e >> 1) * 8) * BN + col0 + nt * 8 + (e & 1)] = value(mt, nt, e);
 }
 
+/// The elements [begin, end) of a cluster split tile's `total` that CTA `rank` finishes: equal
+/// chunks rounded up to a multiple of `align` (the last ranks may get fewer or none).
+struct TileSlice {
+  int begin, end;
+};
+__device__ __forceinline__ TileSlice cluster_tile_slice(int total, int splits, int rank,
+                                                        int align) {
+  const int chunk = ((total + splits - 1) / splits + align - 1) / align * align;
+  const int begin = min(total, rank * chunk);
+  return {begin, min(total, begin + chunk)};
+}
+
+/// Σ_s tile_s[i] in split order as `T`, tile_s being the 4-byte values at shared address
+/// `local_tile` in CTA s of the cluster (every split's load in flight at once).
+template <class T>
+__device__ __forceinline__ T cluster_split_sum(uint32_t local_tile, int i, int splits) {
+  uint32_t part[kMaxClusterSplitK];
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplitK; ++s)
+    if (s < splits)
+      part[s] = ptx::ld_shared_cluster_u32(local_tile + 4u * static_cast<uint32_t>(i),
+                                           static_cast<uint32_t>(s));
+  T sum = 0;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplitK; ++s) {
+    if (s >= splits) break;
+    if constexpr (std::is_floating_point_v<T>) sum += __uint_as_float(part[s]);
+    else sum += int32_t(part[s]);
+  }
+  return sum;
+}
+
 /// Cluster split-K (sm_90+; see the top of this file). `tile` is this CTA's partial BM×BN tile,
 /// row-major 4-byte values (int32 or f32) in shared memory at the same offset in every CTA of
 /// the cluster, fully written by this CTA's threads. Every thread of every CTA of the cluster
@@ -103,28 +135,14 @@ __device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int sp
                                                     int m0, int n0, Finish&& finish) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   ptx::cluster_sync();  // every CTA's partial tile is in its shared memory
-  const int rank = static_cast<int>(ptx::cluster_ctarank());
   const int rows = M - m0 < BM ? M - m0 : BM;
-  const int total = rows * BN, chunk = (total + splits - 1) / splits;
-  const int end = min(total, (rank + 1) * chunk);
+  const TileSlice slice =
+      cluster_tile_slice(rows * BN, splits, static_cast<int>(ptx::cluster_ctarank()), 1);
   const uint32_t local = ptx::smem_addr(tile);
-  for (int i = rank * chunk + static_cast<int>(threadIdx.x); i < end; i += kThreads) {
+  for (int i = slice.begin + static_cast<int>(threadIdx.x); i < slice.end; i += kThreads) {
     const int col = n0 + i % BN;
     if (col >= N) continue;
-    uint32_t part[kMaxClusterSplitK];
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplitK; ++s)
-      if (s < splits)
-        part[s] = ptx::ld_shared_cluster_u32(local + 4u * static_cast<uint32_t>(i),
-                                             static_cast<uint32_t>(s));
-    T sum = 0;
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplitK; ++s) {
-      if (s >= splits) break;
-      if constexpr (std::is_floating_point_v<T>) sum += __uint_as_float(part[s]);
-      else sum += int32_t(part[s]);
-    }
-    finish(m0 + i / BN, col, sum);
+    finish(m0 + i / BN, col, cluster_split_sum<T>(local, i, splits));
   }
   // No CTA may leave (and free its shared memory) while another still reads its tile.
   ptx::cluster_sync();

@@ -54,6 +54,17 @@ struct W4A8Launch {
   void* d = nullptr;
   int64_t ldd = 0;  ///< elements
   DType d_dtype = DType::bf16;
+  /// The residual-stream fusions (LinearFusion, include/nibble/gemm.h), where
+  /// residual_fusion_fits: f32 x quantized in the kernel, f32 d. In: RMSNorm of x from its rows'
+  /// granule sums (nullptr: none). Out: d += result; the stored d's granule sums (nullptr: none).
+  const double* in_sumsq = nullptr;
+  int64_t in_sumsq_ld = 0;  ///< elements
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+  bool accumulate = false;
+  double* out_sumsq = nullptr;
+  int64_t out_sumsq_ld = 0;  ///< elements
+  bool residual_fusion() const { return in_sumsq != nullptr || accumulate || out_sumsq != nullptr; }
 };
 
 /// The tile and split-K choice for a problem (depends only on shape, group and SM count).
@@ -88,6 +99,12 @@ inline int fused_resident_pitch(const W4A8Plan& plan) { return plan.kblocks_per_
 inline bool fused_quant_fits(const W4A8Plan& plan, int64_t m) {
   return plan.tile == 0 && plan.weight_bits == 4 && !plan.a4 && m >= 1 &&
          m <= kFusedQuantMaxTokens && m * fused_resident_pitch(plan) <= kFusedResidentBytes;
+}
+/// Whether the residual-stream fusions run inside that kernel: the fused-quantization tile,
+/// unsplit or split in a thread-block cluster (sm_90+); the epilogue that finishes a tile from
+/// the split-K workspace has no residual variant (the caller runs the fusions around it then).
+inline bool residual_fusion_fits(const W4A8Plan& plan, int64_t m, int cc_major) {
+  return fused_quant_fits(plan, m) && (plan.splits == 1 || cc_major >= 9);
 }
 
 }  // namespace nibble::cuda

@@ -1,7 +1,8 @@
 // The instance list of the sm80_w4a8_gemm family and its launch templates, shared by the
 // launcher's translation units (sm80_w4a8_gemm.cu: int8 activations in, int4 and int8 weights;
 // sm80_w4a8_gemm_fused.cu and sm80_w4a8_gemm_fused_f32.cu: bf16 / f16 and f32 activations
-// quantized in the kernel), which instantiate disjoint sets so they compile in parallel.
+// quantized in the kernel; sm80_w4a8_gemm_residual.cu: f32 with the residual-stream fusions),
+// which instantiate disjoint sets so they compile in parallel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,11 +32,12 @@ using sm80::W4A8GemmParams;
 enum class Tile : int { m16, m32, m64, m128 };
 using sm80::W4Decode;
 
-template <Tile T, W4A8Epilogue E, int G, W4Decode D, class X = int8_t>
+// R: the residual-stream fusions (LinearFusion), on the m16 tile with f32 x only.
+template <Tile T, W4A8Epilogue E, int G, W4Decode D, class X = int8_t, bool R = false>
 struct Instance;
-template <W4A8Epilogue E, int G, W4Decode D, class X>
-struct Instance<Tile::m16, E, G, D, X> {
-  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, G, 1, D, 4, X>;
+template <W4A8Epilogue E, int G, W4Decode D, class X, bool R>
+struct Instance<Tile::m16, E, G, D, X, R> {
+  using Cfg = sm80::W4A8GemmConfig<16, 128, 1, 4, 6, E, G, 1, D, 4, X, false, R>;
 };
 template <W4A8Epilogue E, int G, W4Decode D, class X>
 struct Instance<Tile::m32, E, G, D, X> {
@@ -109,9 +111,9 @@ void launch_config(const W4A8GemmParams& p, dim3 grid, Stream stream) {
                      Cfg::kOverlapLaunch && p.cluster_split ? grid.z : 1u, p);
 }
 
-template <Tile T, W4A8Epilogue E, int G, W4Decode D, class X = int8_t>
+template <Tile T, W4A8Epilogue E, int G, W4Decode D, class X = int8_t, bool R = false>
 void launch_instance(const W4A8GemmParams& p, dim3 grid, Stream stream) {
-  launch_config<typename Instance<T, E, G, D, X>::Cfg>(p, grid, stream);
+  launch_config<typename Instance<T, E, G, D, X, R>::Cfg>(p, grid, stream);
 }
 
 template <Tile T, bool A4 = false>
@@ -128,30 +130,31 @@ void launch_tile8(const W4A8GemmParams& p, W4A8Epilogue e, dim3 grid, Stream str
                        "sm80_w8a8_gemm / sm80_w4a4_gemm: per-channel, g128 (W4A4) or s32 only");
 }
 
-template <Tile T, W4A8Epilogue E, class X = int8_t>
+template <Tile T, W4A8Epilogue E, class X = int8_t, bool R = false>
 void launch_grouped(const W4A8GemmParams& p, int group, dim3 grid, Stream stream) {
   constexpr W4Decode D = grouped_decode(T, E);
   switch (group) {
-    case 32: return launch_instance<T, E, 32, D, X>(p, grid, stream);
-    case 64: return launch_instance<T, E, 64, D, X>(p, grid, stream);
-    case 128: return launch_instance<T, E, 128, D, X>(p, grid, stream);
-    case 256: return launch_instance<T, E, 256, D, X>(p, grid, stream);
+    case 32: return launch_instance<T, E, 32, D, X, R>(p, grid, stream);
+    case 64: return launch_instance<T, E, 64, D, X, R>(p, grid, stream);
+    case 128: return launch_instance<T, E, 128, D, X, R>(p, grid, stream);
+    case 256: return launch_instance<T, E, 256, D, X, R>(p, grid, stream);
   }
   nibble::detail::fail(ErrorCode::internal, "sm80_w4a8_gemm: no instance for group " +
                                                 std::to_string(group));
 }
 
-template <Tile T, W4A8Epilogue E, class X = int8_t>
+template <Tile T, W4A8Epilogue E, class X = int8_t, bool R = false>
 void launch_whole_k(const W4A8GemmParams& p, W4Decode decode, dim3 grid, Stream stream) {
   if constexpr (thin(T)) {
     if (decode == W4Decode::high_nibble)
-      return launch_instance<T, E, 0, W4Decode::high_nibble, X>(p, grid, stream);
+      return launch_instance<T, E, 0, W4Decode::high_nibble, X, R>(p, grid, stream);
   }
-  launch_instance<T, E, 0, W4Decode::offset_xor, X>(p, grid, stream);
+  launch_instance<T, E, 0, W4Decode::offset_xor, X, R>(p, grid, stream);
 }
 
 // X = int8_t: quantized activations in; f32 / bf16 / f16: fused quantization (no s32 mode).
-template <Tile T, class X = int8_t>
+// R: the residual-stream fusions (f32 X on the m16 tile).
+template <Tile T, class X = int8_t, bool R = false>
 void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group, dim3 grid,
                  Stream stream) {
   switch (e) {
@@ -160,11 +163,11 @@ void launch_tile(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int g
         return launch_whole_k<T, W4A8Epilogue::s32>(p, decode, grid, stream);
       break;
     case W4A8Epilogue::per_channel:
-      return launch_whole_k<T, W4A8Epilogue::per_channel, X>(p, decode, grid, stream);
+      return launch_whole_k<T, W4A8Epilogue::per_channel, X, R>(p, decode, grid, stream);
     case W4A8Epilogue::group:
-      return launch_grouped<T, W4A8Epilogue::group, X>(p, group, grid, stream);
+      return launch_grouped<T, W4A8Epilogue::group, X, R>(p, group, grid, stream);
     case W4A8Epilogue::two_level:
-      return launch_grouped<T, W4A8Epilogue::two_level, X>(p, group, grid, stream);
+      return launch_grouped<T, W4A8Epilogue::two_level, X, R>(p, group, grid, stream);
   }
   nibble::detail::fail(ErrorCode::internal, "sm80_w4a8_gemm: the s32 mode takes int8 activations");
 }
@@ -175,5 +178,8 @@ void launch_fused(const W4A8GemmParams& p, DType x_dtype, W4A8Epilogue e, W4Deco
                   int group, dim3 grid, Stream stream);
 void launch_fused_f32(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group,
                       dim3 grid, Stream stream);
+/// The same with the residual-stream fusions (sm80_w4a8_gemm_residual.cu).
+void launch_fused_residual(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group,
+                           dim3 grid, Stream stream);
 
 }  // namespace nibble::cuda::sm80_w4a8

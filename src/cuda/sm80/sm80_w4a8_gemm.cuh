@@ -95,6 +95,7 @@
 #include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
+#include "cuda/common/residual_norm.cuh"
 #include "cuda/common/split_k.cuh"
 #include "cuda/common/token_quant.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
@@ -131,11 +132,23 @@ struct W4A8GemmParams {
   const void* x = nullptr;        // fused quantization: (M, K) f32 / bf16 / f16 activations
   int64_t ldx = 0;                // elements
   int resident_pitch = 0;         // fused quantization: bytes per row of the resident int8 A
+  // The residual-stream fusions (LinearFusion; the kResidual instances only, whose d is f32).
+  // In: RMSNorm of x from its rows' granule sums (nullptr: none), RN64(1/K), eps, weights (K).
+  const double* in_sumsq = nullptr;
+  int64_t in_sumsq_ld = 0;        // elements between rows
+  int in_granules = 0;            // ceil(K / 16)
+  double norm_inv_k = 0.0;
+  float norm_eps = 0.0f;
+  const float* norm_weight = nullptr;
+  // Out: d += the result; the granule sums of the stored d (nullptr: not written).
+  bool accumulate = false;
+  double* out_sumsq = nullptr;
+  int64_t out_sumsq_ld = 0;
 };
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
           int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor, int WBITS_ = 4,
-          class X_ = int8_t, bool A4_ = false>
+          class X_ = int8_t, bool A4_ = false, bool RESIDUAL_ = false>
 struct W4A8GemmConfig {
   /// int4 activations and row-major int4 weights (W4A4).
   static constexpr bool kA4 = A4_;
@@ -149,6 +162,12 @@ struct W4A8GemmConfig {
   static_assert(!kFusedQuant || EPI_ != W4A8Epilogue::s32, "the s32 mode takes int8 activations");
   static_assert(!kFusedQuant || (BM_ == 16 && WARPS_M_ == 1),
                 "the resident A fragments are built for one m16 tile per warp");
+  /// The residual-stream fusions (LinearFusion, see the header): f32 x quantized in the kernel,
+  /// float epilogues, f32 d.
+  static constexpr bool kResidual = RESIDUAL_;
+  static_assert(!kResidual || (std::is_same_v<X_, float> && EPI_ != W4A8Epilogue::s32 &&
+                               WBITS_ == 4 && !A4_),
+                "the residual fusions take f32 x, int4 weights and a float epilogue");
   static constexpr W4Decode DECODE = DECODE_;
   /// Weight bits: 4 (packed w4_mma_k128) or 8 (row-major s8, loaded like A).
   static constexpr int WBITS = WBITS_;
@@ -200,7 +219,9 @@ struct W4A8GemmConfig {
   // pow2, s_unit, s_inv: 16 bytes) and the CTA's max |x| bits (4 bytes, read by the other CTAs
   // of a cluster split-K tile), then the warps' partial maxima.
   static constexpr int kResidentBytes = kFusedQuant ? kFusedResidentBytes : 0;
-  static constexpr int kRowQuantBytes = kFusedQuant ? BM * 20 + (kThreads / 32) * BM * 4 : 0;
+  // The kResidual instances add each row's RMSNorm inv (4 bytes).
+  static constexpr int kRowQuantBytes =
+      kFusedQuant ? BM * (kResidual ? 24 : 20) + (kThreads / 32) * BM * 4 : 0;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kResidentBytes + kRowQuantBytes;
 
   static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tile must be whole m16 × n8 MMA tiles");
@@ -399,7 +420,51 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     auto row_of = [&](int r) { return static_cast<const X*>(p.x) + int64_t(m0 + r) * p.ldx; };
     const int group = Cfg::kThreads >> (rows <= 1 ? 0 : 32 - __clz(rows - 1));  // G
     const int row = tid / group, gl = tid % group;  // this thread's row, its lane in the group
-    {
+    // The kResidual instances with p.in_sumsq normalize x first (cuda/common/residual_norm.cuh):
+    // y = RN(RN(x·inv)·w), inv from the row's granule sums, and the scale is max |y|'s. Each
+    // warp finds its row's inv itself (a group is whole warps: M ≤ 4 rows, 4 warps) after the
+    // loads of its first x and w chunks are in flight, so both wait for one L2 round trip.
+    [[maybe_unused]] float* const row_inv = reinterpret_cast<float*>(partial + (Cfg::kThreads / 32) * BM);
+    [[maybe_unused]] const bool norm = Cfg::kResidual && p.in_sumsq != nullptr;
+    if constexpr (Cfg::kResidual) {
+      static_assert(Cfg::kThreads / 32 >= kFusedQuantMaxTokens, "a group per row is whole warps");
+      if (norm) {
+        uint32_t amax = 0;
+        const int stride = group * kVec;
+        const X* x_row = row_of(row < rows ? row : 0);
+        float4 xs[8], ws[8];
+        auto load = [&](int k0) {
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            const int k = k0 + u * stride;
+            const bool inside = row < rows && k < k_hi;  // outside: 0, no effect on the maximum
+            xs[u] = inside ? __ldg(reinterpret_cast<const float4*>(x_row + k)) : float4{};
+            ws[u] = inside ? __ldg(reinterpret_cast<const float4*>(p.norm_weight + k)) : float4{};
+          }
+        };
+        int k0 = k_lo + gl * kVec;
+        load(k0);
+        const float inv = warp_rms_inverse(
+            row < rows ? p.in_sumsq + int64_t(m0 + row) * p.in_sumsq_ld : nullptr,
+            p.in_granules, p.norm_inv_k, p.norm_eps);
+        if (row < rows && gl == 0) row_inv[row] = inv;
+        while (k0 < k_hi) {
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            amax = max(amax, abs_bits(rms_apply(xs[u].x, inv, ws[u].x)));
+            amax = max(amax, abs_bits(rms_apply(xs[u].y, inv, ws[u].y)));
+            amax = max(amax, abs_bits(rms_apply(xs[u].z, inv, ws[u].z)));
+            amax = max(amax, abs_bits(rms_apply(xs[u].w, inv, ws[u].w)));
+          }
+          k0 += 8 * stride;
+          if (k0 < k_hi) load(k0);
+        }
+        for (int o = min(group, 32) >> 1; o > 0; o >>= 1)
+          amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+        if (row < rows && (gl & 31) == 0) partial[(gl >> 5) * BM + row] = amax;
+      }
+    }
+    if (!norm) {
       uint32_t amax = 0;
       if (row < rows) {
         const X* x_row = row_of(row);
@@ -466,14 +531,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const float scale = row_quant[4 * r];
       const TokenDivider div{row_quant[4 * r + 1], row_quant[4 * r + 2], row_quant[4 * r + 3]};
       const X* v = reinterpret_cast<const X*>(&raw);
+      float f[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) f[e] = float(v[e]);
+      if constexpr (Cfg::kResidual) {
+        if (norm && k < own_hi) {
+          const float inv = row_inv[r];
+          const float4 w4 = __ldg(reinterpret_cast<const float4*>(p.norm_weight + k));
+          f[0] = rms_apply(f[0], inv, w4.x);
+          f[1] = rms_apply(f[1], inv, w4.y);
+          f[2] = rms_apply(f[2], inv, w4.z);
+          f[3] = rms_apply(f[3], inv, w4.w);
+        }
+      }
       uint32_t q[kVec / 4];
 #pragma unroll
       for (int w = 0; w < kVec / 4; ++w) {
         uint32_t packed = 0;
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          packed |= (uint32_t(quantize_dynamic(float(v[4 * w + e]), scale, div)) & 0xFFu)
-                    << (8 * e);
+          packed |= (uint32_t(quantize_dynamic(f[4 * w + e], scale, div)) & 0xFFu) << (8 * e);
         q[w] = packed;
       }
       uint8_t* dst = a_resident + r * p.resident_pitch + c * kVec;
@@ -674,6 +751,52 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- split-K: park the partial tile, let the last CTA of the tile finish it ---------------
   const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
   const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
+  if constexpr (Cfg::kResidual) {
+    // The residual epilogue (LinearFusion's output side): the raw tile is parked in shared
+    // memory (the start of the ring, as for a cluster split-K tile), then finished one element
+    // per thread per pass, so that a granule's 16 columns are 16 lanes of a half-warp for its
+    // sum (store_residual_tile). Split tiles are clusters here (the launcher takes the unfused
+    // path for a workspace split): each CTA finishes whole granules of the tile.
+    using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
+    __syncthreads();  // every warp is done with the ring
+    uint32_t* tile = reinterpret_cast<uint32_t*>(smem);
+    park_mma_fragments<MT, NT, BN>(tile, row_base - m0, col_base - n0, [&](int mt, int nt, int e) {
+      if constexpr (EPI == W4A8Epilogue::group) return __float_as_uint(facc[mt][nt][e]);
+      else return uint32_t(acc[mt][nt][e]);
+    });
+    const auto value = [&](int row, int col, Sum sum) {
+      if constexpr (EPI == W4A8Epilogue::group)
+        return detail::finish<EPI>(p, a_scale(row), col, 0, sum);
+      else
+        return detail::finish<EPI>(p, a_scale(row), col, sum >> kAccShift, 0.0f);
+    };
+    const int total = min(BM, p.m - m0) * BN;
+    auto store = [&](int begin, int end, auto&& sum_at) {
+      store_residual_tile<BN, Cfg::kThreads>(
+          static_cast<float*>(p.d), p.ldd, p.n, p.accumulate, p.out_sumsq, p.out_sumsq_ld, begin,
+          end, m0, n0, [&](int i, int row, int col) { return value(row, col, sum_at(i)); });
+    };
+    if (p.splits > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      ptx::cluster_sync();  // every CTA's partial tile is in its shared memory
+      const TileSlice slice = cluster_tile_slice(total, p.splits,
+                                                 static_cast<int>(ptx::cluster_ctarank()), 16);
+      const uint32_t local = ptx::smem_addr(tile);
+      store(slice.begin, slice.end,
+            [&](int i) { return cluster_split_sum<Sum>(local, i, p.splits); });
+      ptx::cluster_sync();  // no CTA leaves while another reads its tile
+#else
+      __trap();  // cluster split tiles exist on sm_90+ only
+#endif
+    } else {
+      __syncthreads();
+      store(0, total, [&](int i) {
+        if constexpr (EPI == W4A8Epilogue::group) return __uint_as_float(tile[i]);
+        else return int32_t(tile[i]);
+      });
+    }
+    return;
+  }
   if (p.splits > 1) {
     using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
     auto finish_split = [&](int row, int col, Sum sum) {

@@ -549,6 +549,7 @@ class CudaBackend final : public Backend {
     }
     x_ = device_tensor(DType::f32, {m, d});
     delta_ = device_tensor(DType::f32, {m, d});
+    x_sumsq_ = device_tensor(DType::f64, {1, (d + 15) / 16});
     qkv_ = device_tensor(DType::f32, {m, shape_.qkv_ld()});
     gu_ = device_tensor(DType::f32, {m, 2 * f});
     q_bf16_ = device_tensor(DType::bf16, {m, qd});
@@ -644,7 +645,8 @@ class CudaBackend final : public Backend {
 
   // Runs `lin` on what a producer wrote into `in` (`width` real columns per row), y (m, N) f32.
   void run_linear(const GpuLinear& lin, const ActOutput& in, int64_t m, int64_t width, float* y,
-                  int64_t y_ld, Stream s, cublasHandle_t blas) {
+                  int64_t y_ld, Stream s, cublasHandle_t blas,
+                  const LinearFusion& fusion = LinearFusion{}) {
     const int64_t kp = lin.k_padded();
     if (kp > width) {  // zero columns up to the padded K (they may hold an earlier row's data)
       const int64_t e = act_element_bytes(in.kind);
@@ -655,6 +657,7 @@ class CudaBackend final : public Backend {
     }
     LinearInput li;
     li.quantize_in_linear = lin.quantizes_in_linear(fuse_, m);
+    li.fusion = fusion;
     if (in.kind == ActKind::s8_per_token) {
       li.quantized = true;
       li.qa.scheme = ActScheme::s8_per_token;
@@ -683,8 +686,53 @@ class CudaBackend final : public Backend {
     NIBBLE_CUDA_CHECK(cudaEventRecord(e, s));
   }
 
+  // The RMSNorm (weight g) of the residual stream x (rows × d) as `lin`'s input: inside its
+  // linear from x's granule sums where the linear that last added to x wrote them
+  // (norm_in_linear), else add_rmsnorm adds a pending delta first and writes the normalized rows.
+  void run_normed_linear(const GpuLinear& lin, float* x, float* delta, int64_t rows,
+                         const float* g, float* y, int64_t y_ld, Stream s, cublasHandle_t blas) {
+    const int64_t d = c_.dim;
+    if (!delta_pending_ && sums_current_ && lin.norm_in_linear(fuse_, rows)) {
+      LinearFusion norm;
+      norm.in_sumsq = x_sumsq_.view();
+      norm.norm_weight = TensorView::contiguous(const_cast<float*>(g), DType::f32, {d}, dev_);
+      norm.norm_eps = static_cast<float>(c_.norm_eps);
+      ActOutput in;
+      in.kind = ActKind::f32;
+      in.data = x;
+      in.ld = d;
+      run_linear(lin, in, rows, d, y, y_ld, s, blas, norm);
+      return;
+    }
+    const ActOutput h = act_output(lin.input_kind(fuse_, rows));
+    cuda::launch_add_rmsnorm(x, delta_pending_ ? delta : nullptr, rows, d, g, c_.norm_eps, h, s);
+    delta_pending_ = false;
+    mark("add_rmsnorm", s);
+    run_linear(lin, h, rows, d, y, y_ld, s, blas);
+  }
+
+  // A block's output linear (o or down) from `in`: added to the residual stream x in its
+  // epilogue, which also writes x's granule sums for the next norm, where it can
+  // (norm_in_linear); else written to delta for the next add_rmsnorm.
+  void run_residual_linear(const GpuLinear& lin, const ActOutput& in, int64_t m, int64_t width,
+                           float* x, float* delta, Stream s, cublasHandle_t blas) {
+    const int64_t d = c_.dim;
+    if (!delta_pending_ && lin.norm_in_linear(fuse_, m)) {
+      LinearFusion residual;
+      residual.accumulate = true;
+      residual.out_sumsq = x_sumsq_.view();
+      run_linear(lin, in, m, width, x, d, s, blas, residual);
+      sums_current_ = true;
+      return;
+    }
+    run_linear(lin, in, m, width, delta, d, s, blas);
+    delta_pending_ = true;
+    sums_current_ = false;
+  }
+
   // Embedding and every block for m tokens (ids and first position in device memory); leaves
-  // the residual stream in x_ and the last block's down output in delta_.
+  // the residual stream in x_, and the last block's down output in delta_ when delta_pending_
+  // (in x_ already otherwise).
   void enqueue_blocks(Phase ph, int64_t m, const int32_t* tokens, const int32_t* pos, Stream s,
                       cublasHandle_t blas) {
     const int64_t d = c_.dim, qd = c_.n_heads * c_.head_dim, f = c_.ffn_dim;
@@ -693,6 +741,7 @@ class CudaBackend final : public Backend {
     auto* qkv = static_cast<float*>(qkv_.data());
     auto* gu = static_cast<float*>(gu_.data());
     cuda::launch_embedding(static_cast<const uint16_t*>(emb_.data()), tokens, m, d, x, s);
+    delta_pending_ = sums_current_ = false;
     mark("embedding", s);
     const int64_t cache_stride = c_.n_kv_heads * max_ctx_ * c_.head_dim;
     for (int64_t l = 0; l < n_layers_; ++l) {
@@ -700,11 +749,8 @@ class CudaBackend final : public Backend {
       auto* kc = static_cast<uint16_t*>(k_cache_.data()) + l * cache_stride;
       auto* vc = static_cast<uint16_t*>(v_cache_.data()) + l * cache_stride;
       // Attention.
-      ActOutput h = act_output(L.qkv[ph]->input_kind(fuse_, m));
-      cuda::launch_add_rmsnorm(x, l == 0 ? nullptr : delta, m, d,
-                               static_cast<const float*>(L.attn_norm.data()), c_.norm_eps, h, s);
-      mark("add_rmsnorm", s);
-      run_linear(*L.qkv[ph], h, m, d, qkv, shape_.qkv_ld(), s, blas);
+      run_normed_linear(*L.qkv[ph], x, delta, m, static_cast<const float*>(L.attn_norm.data()),
+                        qkv, shape_.qkv_ld(), s, blas);
       mark("qkv", s);
       ActKind att_kind = L.o[ph]->input_kind(fuse_, m);
       if (ph == kDecode) {
@@ -716,7 +762,7 @@ class CudaBackend final : public Backend {
         cuda::launch_attention_decode(qkv, pos, shape_, static_cast<const float*>(cos_.data()),
                                       static_cast<const float*>(sin_.data()), kc, vc, ws, att, s);
         mark("attention", s);
-        run_linear(*L.o[ph], att, m, qd, delta, d, s, blas);
+        run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas);
         mark("o", s);
       } else {
         if (att_kind == ActKind::s8_per_token) att_kind = ActKind::f32;  // o quantizes itself
@@ -731,19 +777,16 @@ class CudaBackend final : public Backend {
         if (timed)
           NIBBLE_CUDA_CHECK(
               cudaEventRecord(attn_events_.events[static_cast<size_t>(2 * l + 1)], s));
-        run_linear(*L.o[ph], att, m, qd, delta, d, s, blas);
+        run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas);
       }
       // MLP.
-      h = act_output(L.gate_up[ph]->input_kind(fuse_, m));
-      cuda::launch_add_rmsnorm(x, delta, m, d, static_cast<const float*>(L.ffn_norm.data()),
-                               c_.norm_eps, h, s);
-      mark("add_rmsnorm", s);
-      run_linear(*L.gate_up[ph], h, m, d, gu, 2 * f, s, blas);
+      run_normed_linear(*L.gate_up[ph], x, delta, m, static_cast<const float*>(L.ffn_norm.data()),
+                        gu, 2 * f, s, blas);
       mark("gate_up", s);
       const ActOutput a = act_output(L.down[ph]->input_kind(fuse_, m));
       cuda::launch_swiglu(gu, m, f, a, s);
       mark("swiglu", s);
-      run_linear(*L.down[ph], a, m, f, delta, d, s, blas);
+      run_residual_linear(*L.down[ph], a, m, f, x, delta, s, blas);
       mark("down", s);
     }
   }
@@ -753,11 +796,9 @@ class CudaBackend final : public Backend {
     const int64_t d = c_.dim, r0 = m - rows;
     auto* x = static_cast<float*>(x_.data()) + r0 * d;
     auto* delta = static_cast<float*>(delta_.data()) + r0 * d;
-    const ActOutput h = act_output(head_->input_kind(fuse_, rows));
-    cuda::launch_add_rmsnorm(x, n_layers_ > 0 ? delta : nullptr, rows, d,
-                             static_cast<const float*>(out_norm_.data()), c_.norm_eps, h, s);
-    mark("add_rmsnorm", s);
-    run_linear(*head_, h, rows, d, logits, c_.vocab_size, s, blas);
+    if (r0 > 0) sums_current_ = false;  // x_sumsq_ holds row 0's sums only
+    run_normed_linear(*head_, x, delta, rows, static_cast<const float*>(out_norm_.data()), logits,
+                      c_.vocab_size, s, blas);
     mark("head", s);
   }
 
@@ -865,6 +906,12 @@ class CudaBackend final : public Backend {
   int64_t act_ld_ = 0, act_ld_s8_ = 0;
   Tensor act_bf16_, act_f32_, act_s8_, act_scales_;  // a linear layer's input, (m_max, ld)
   Tensor x_, delta_, qkv_, gu_, q_bf16_, logits_, logits_all_;
+  // The decode step's residual stream through LinearFusion (run_normed_linear,
+  // run_residual_linear): x_'s granule sums as the last block-output linear wrote them, and
+  // while enqueueing a pass, whether delta_ holds an output not yet added to x_ and whether
+  // x_sumsq_ holds x_'s current sums.
+  Tensor x_sumsq_;
+  bool delta_pending_ = false, sums_current_ = false;
   Tensor k_cache_, v_cache_;  // (layers, Hkv, max_ctx, hd) bf16
   Tensor cos_, sin_;
   Tensor attn_partials_, attn_row_, attn_counters_;

@@ -223,6 +223,14 @@ bool GpuLinear::quantizes_in_linear(bool fuse_int8, int64_t m) const {
          format_.act == ActScheme::s8_per_token && m <= kQuantizeInLinearMaxTokens;
 }
 
+bool GpuLinear::norm_in_linear(bool fuse_int8, int64_t m) const {
+  static const bool kernel = [] {
+    const char* v = std::getenv("NIBBLE_DECODE_NORM");
+    return v != nullptr && std::string_view(v) == "kernel";
+  }();
+  return !kernel && kp_ == k_ && quantizes_in_linear(fuse_int8, m);
+}
+
 ActKind GpuLinear::input_kind(bool fuse_int8, int64_t m) const {
   switch (path_) {
     case Path::cublas_bf16:
@@ -261,7 +269,11 @@ void GpuLinear::forward(const LinearInput& in, const LinearScratch& scratch, int
     case Path::packed_a8:
     case Path::quantized_act: {
       if (in.quantize_in_linear && path_ == Path::packed_a8) {
-        linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, stream);
+        const LinearFusion& f = in.fusion;
+        if (f.accumulate || f.in_sumsq.data != nullptr || f.out_sumsq.data != nullptr)
+          linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, f, stream);
+        else
+          linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, stream);
         return;
       }
       QuantizedActivationView qa;

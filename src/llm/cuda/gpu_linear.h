@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "llm/cuda/kernels.h"
+#include "nibble/gemm.h"
 #include "nibble/layout.h"
 #include "nibble/tensor.h"
 
@@ -51,6 +52,10 @@ struct LinearInput {
   /// Float x for an int8-activation layer: nibble::linear(x, packed) quantizes it per token
   /// (inside its GEMM where it can) instead of quantize_activation into the scratch first.
   bool quantize_in_linear = false;
+  /// With quantize_in_linear: the RMSNorm in front of the quantization (from the residual's
+  /// granule sums) and the residual add after the GEMM, run by nibble::linear(x, packed, ...,
+  /// fusion) (norm_in_linear).
+  LinearFusion fusion;
 };
 
 /// Where a layer quantizes its own input when the producer wrote floats: (M, ld) bytes and M
@@ -97,6 +102,12 @@ class GpuLinear {
   /// there one GEMM that quantizes each CTA's slice of the row beats a producer that quantizes
   /// the whole row after a grid-wide maximum (docs/runner.md, "deferred int8").
   static constexpr int64_t kQuantizeInLinearMaxTokens = 1;
+  /// Whether this layer, quantizing in its linear, can also take the RMSNorm before it (as the
+  /// consumer of the residual stream) and the residual add after it (as its producer) through
+  /// LinearFusion: no padded K columns (the residual rows have none). The decode step then runs
+  /// no norm or add kernel after its first block's (docs/runner.md). NIBBLE_DECODE_NORM=kernel
+  /// keeps those kernels (A/B measurements).
+  bool norm_in_linear(bool fuse_int8, int64_t m) const;
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   int64_t k_padded() const { return kp_; }
