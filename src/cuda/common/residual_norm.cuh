@@ -45,14 +45,25 @@ __device__ __forceinline__ float rms_apply(float x, float inv, float w) {
   return __fmul_rn(__fmul_rn(x, inv), w);
 }
 
+/// The element of d this thread adds to in the first pass of store_residual_tile(begin, end,
+/// m0, n0), or 0 where it has none: loaded early, its L2 round trip is off the epilogue's path.
+template <int BN>
+__device__ __forceinline__ float first_residual(const float* d, int64_t ldd, int n, int begin,
+                                                int end, int m0, int n0) {
+  const int i = begin + static_cast<int>(threadIdx.x), col = n0 + i % BN;
+  return i < end && col < n ? d[int64_t(m0 + i / BN) * ldd + col] : 0.0f;
+}
+
 /// Stores elements [begin, end) of a row-major BM×BN output tile at (m0, n0) — begin, end, BN
 /// and n0 multiples of 16 — one element per thread per pass: d = v or d + v (f32), v =
-/// value(i, row, col) for the elements inside N; with `sums`, each granule's tree16 of the
-/// stored values' squares into sums[row·ld_sums + col/16]. Every thread of the block calls it.
+/// value(i, row, col) for the elements inside N, the first pass adding first_d (this thread's
+/// first_residual) instead of reading d again; with `sums`, each granule's tree16 of the stored
+/// values' squares into sums[row·ld_sums + col/16]. Every thread of the block calls it.
 template <int BN, int kThreads, class Value>
 __device__ __forceinline__ void store_residual_tile(float* d, int64_t ldd, int n, bool accumulate,
-                                                    double* sums, int64_t ld_sums, int begin,
-                                                    int end, int m0, int n0, Value&& value) {
+                                                    float first_d, double* sums, int64_t ld_sums,
+                                                    int begin, int end, int m0, int n0,
+                                                    Value&& value) {
   static_assert(BN % 16 == 0 && kThreads % 32 == 0, "granules are half-warps of one tile row");
   for (int base = begin; base < end; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
@@ -62,7 +73,7 @@ __device__ __forceinline__ void store_residual_tile(float* d, int64_t ldd, int n
     if (inside) {
       float v = value(i, row, col);
       float* at = d + int64_t(row) * ldd + col;
-      if (accumulate) v = __fadd_rn(*at, v);
+      if (accumulate) v = __fadd_rn(base == begin ? first_d : *at, v);
       *at = v;
       square = __dmul_rn(double(v), double(v));
     }

@@ -40,8 +40,10 @@ __global__ void __launch_bounds__(kThreads)
   const int row = static_cast<int>(blockIdx.y);
   const int begin = static_cast<int>(blockIdx.x) * kThreads;
   // A one-row tile of kThreads columns at (row, begin); the shared helper does the rest.
+  const float first_d = accumulate ? first_residual<kThreads>(d, ldd, n, 0, kThreads, row, begin)
+                                   : 0.0f;
   store_residual_tile<kThreads, kThreads>(
-      d, ldd, n, accumulate, sums, sums_ld, 0, kThreads, row, begin,
+      d, ldd, n, accumulate, first_d, sums, sums_ld, 0, kThreads, row, begin,
       [&](int, int r, int c) { return t[int64_t(r) * ldt + c]; });
   (void)m;
 }

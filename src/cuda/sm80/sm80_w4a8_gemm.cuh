@@ -559,6 +559,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     // The main loop's first barrier publishes the resident A.
   }
+  // The residual epilogue's first element of d (this thread's, in its first pass), loaded now so
+  // that its L2 round trip overlaps the main loop. d is an earlier kernel's output: read after
+  // the prologue's wait.
+  [[maybe_unused]] float first_d = 0.0f;
+  [[maybe_unused]] TileSlice residual_slice{0, 0};
+  if constexpr (Cfg::kResidual) {
+    const int total = min(BM, p.m - m0) * BN;
+    // A split tile is one cluster along z here (the launcher's residual_fusion_fits): rank = z.
+    residual_slice = p.splits > 1 ? cluster_tile_slice(total, p.splits, int(blockIdx.z), 16)
+                                  : TileSlice{0, total};
+    if (p.accumulate)
+      first_d = first_residual<BN>(static_cast<const float*>(p.d), p.ldd, p.n,
+                                   residual_slice.begin, residual_slice.end, m0, n0);
+  }
   // The per-token scale of output row `row` (inside this tile).
   auto a_scale = [&](int row) {
     if constexpr (Cfg::kFusedQuant) return row_quant[4 * (row - m0)];
@@ -770,19 +784,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       else
         return detail::finish<EPI>(p, a_scale(row), col, sum >> kAccShift, 0.0f);
     };
-    const int total = min(BM, p.m - m0) * BN;
     auto store = [&](int begin, int end, auto&& sum_at) {
       store_residual_tile<BN, Cfg::kThreads>(
-          static_cast<float*>(p.d), p.ldd, p.n, p.accumulate, p.out_sumsq, p.out_sumsq_ld, begin,
-          end, m0, n0, [&](int i, int row, int col) { return value(row, col, sum_at(i)); });
+          static_cast<float*>(p.d), p.ldd, p.n, p.accumulate, first_d, p.out_sumsq,
+          p.out_sumsq_ld, begin, end, m0, n0,
+          [&](int i, int row, int col) { return value(row, col, sum_at(i)); });
     };
     if (p.splits > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       ptx::cluster_sync();  // every CTA's partial tile is in its shared memory
-      const TileSlice slice = cluster_tile_slice(total, p.splits,
-                                                 static_cast<int>(ptx::cluster_ctarank()), 16);
       const uint32_t local = ptx::smem_addr(tile);
-      store(slice.begin, slice.end,
+      store(residual_slice.begin, residual_slice.end,
             [&](int i) { return cluster_split_sum<Sum>(local, i, p.splits); });
       ptx::cluster_sync();  // no CTA leaves while another reads its tile
 #else
@@ -790,7 +802,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #endif
     } else {
       __syncthreads();
-      store(0, total, [&](int i) {
+      store(residual_slice.begin, residual_slice.end, [&](int i) {
         if constexpr (EPI == W4A8Epilogue::group) return __uint_as_float(tile[i]);
         else return int32_t(tile[i]);
       });
