@@ -46,6 +46,18 @@ Tensor host_normalized(const Tensor& x, const Tensor& sums, const Tensor& w, flo
 
 struct FusionCase {
   bool norm, accumulate, out_sums;
+  /// The LinearFusion of this case over the given sums, norm weights and output sums.
+  LinearFusion fusion(const Tensor& in_sums, const Tensor& w, float eps, Tensor& sums_out) const {
+    LinearFusion f;
+    if (norm) {
+      f.in_sumsq = in_sums.view();
+      f.norm_weight = test::as_vector(w);
+      f.norm_eps = eps;
+    }
+    f.accumulate = accumulate;
+    if (out_sums) f.out_sumsq = sums_out.view();
+    return f;
+  }
 };
 
 TEST(CudaLinearFusion, EqualsTheStepsOneByOneBitForBit) {
@@ -103,15 +115,7 @@ TEST(CudaLinearFusion, EqualsTheStepsOneByOneBitForBit) {
             if (!c.accumulate) d.fill_bytes(0xFF);  // NaN: every element must be written
             Tensor out_sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(n)}, Device::cuda());
             out_sums.fill_bytes(0xFF);
-            LinearFusion fusion;
-            if (c.norm) {
-              fusion.in_sumsq = sums_d.view();
-              fusion.norm_weight = test::as_vector(wdev);
-              fusion.norm_eps = eps;
-            }
-            fusion.accumulate = c.accumulate;
-            if (c.out_sums) fusion.out_sumsq = out_sums.view();
-            linear(xd.view(), wd.view(), nullptr, d.view(), fusion);
+            linear(xd.view(), wd.view(), nullptr, d.view(), c.fusion(sums_d, wdev, eps, out_sums));
             synchronize(Device::cuda());
             ASSERT_TRUE(same_bytes(d, want));
             if (c.out_sums) {
@@ -123,15 +127,7 @@ TEST(CudaLinearFusion, EqualsTheStepsOneByOneBitForBit) {
           if (m <= 3 && n <= 1000) {
             Tensor ref = d0.to(Device::cpu());
             Tensor ref_sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(n)});
-            LinearFusion fusion;
-            if (c.norm) {
-              fusion.in_sumsq = sums.view();
-              fusion.norm_weight = test::as_vector(w);
-              fusion.norm_eps = eps;
-            }
-            fusion.accumulate = c.accumulate;
-            if (c.out_sums) fusion.out_sumsq = ref_sums.view();
-            linear(x.view(), wh.view(), nullptr, ref.view(), fusion);
+            linear(x.view(), wh.view(), nullptr, ref.view(), c.fusion(sums, w, eps, ref_sums));
             ASSERT_LE(rel_error(want, ref), kRelTolF32Out);
           }
         }
