@@ -128,10 +128,13 @@ def test_errors_reach_torch_callers(gen):
     with pytest.raises(nibble.InvalidArgumentError, match=r"argument 'a.q' must have K = 128"):
         torch.ops.nibble.linear(randn(gen, 2, 64), qw.q, qw.scales, None, None, None, "w8a8",
                                 0.0)
-    with pytest.raises(nibble.InvalidArgumentError, match=r"argument 'x' has element type "
-                                                          r"float64"):
+    with pytest.raises(nibble.InvalidArgumentError,
+                       match=r"argument 'x' must have dtype f32 or f16 or bf16, got f64"):
         torch.ops.nibble.linear(randn(gen, 2, 128).double(), qw.q, qw.scales, None, None, None,
                                 "w8a8", 0.0)
+    with pytest.raises(nibble.InvalidArgumentError, match=r"argument 'x' has element type int16"):
+        torch.ops.nibble.linear((randn(gen, 2, 128) * 100).to(torch.int16), qw.q, qw.scales, None,
+                                None, None, "w8a8", 0.0)
     with pytest.raises(nibble.InvalidArgumentError, match=r"contiguous last dimension"):
         nibble.quantize_activation(randn(gen, 128, 2).T)
 
