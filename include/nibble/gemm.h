@@ -77,6 +77,11 @@ void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bi
 ///   norm           inv[m] = f32(1 / sqrt(t[m] / K + eps))       (f64 division, sum and sqrt)
 ///                  y[m,k] = RN(RN(x[m,k] · inv[m]) · norm_weight[k])   (f32)
 /// then y is quantized per token exactly as quantize_activation would.
+/// Columns per granule sum, and the granule sums of a row of n columns (LinearFusion's sums are
+/// (M, sumsq_granules(N)) and (M, sumsq_granules(K))).
+constexpr int64_t kSumsqGranule = 16;
+inline int64_t sumsq_granules(int64_t n) { return (n + kSumsqGranule - 1) / kSumsqGranule; }
+
 struct LinearFusion {
   /// Output side, d f32: d = d + result (one f32 addition per element).
   bool accumulate = false;

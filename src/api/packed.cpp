@@ -184,7 +184,7 @@ void check_linear_fusion(const ArgCheck& check, const TensorView& x, const Packe
   auto sums = [&](const TensorView& t, const char* arg, int64_t cols) {
     check.tensor(t, arg, 2);
     check.dtype(t, arg, {DType::f64});
-    check.shape(t, arg, {m, detail::sumsq_granules(cols)});
+    check.shape(t, arg, {m, sumsq_granules(cols)});
     check.rows_packed(t, arg);
     check.device(t, arg, x.device);
   };
@@ -208,9 +208,10 @@ void check_linear_fusion(const ArgCheck& check, const TensorView& x, const Packe
                     "other)");
 }
 
-// The reference of linear with LinearFusion (docs/formats.md §6.2): normalize x, quantize it per
-// token, the linear in f32, then the add and the granule sums.
-void linear_fused_on_cpu(const TensorView& x, const QuantizedWeight& logical,
+// The reference of linear(x, packed W4A8) with LinearFusion (docs/formats.md §6.2; an empty one
+// for the plain call): normalize x, quantize it per token, the linear (in f32 when the output
+// side is fused), then the add and the granule sums.
+void linear_quantizing_on_cpu(const TensorView& x, const QuantizedWeight& logical,
                          const TensorView* bias, const TensorView& d, const LinearFusion& f) {
   const int64_t m = x.size(0), k = x.size(1), n = logical.view().n;
   std::vector<float> y;
@@ -269,11 +270,8 @@ void linear_float_in(const TensorView& x, const PackedWeightView& w, const Tenso
   if (device.type == DeviceType::cpu) {
     check.dtype(x, "x", {DType::f32, DType::f16, DType::bf16});
     const QuantizedWeight logical = unpack_weight(w);
-    if (fusion != nullptr) return linear_fused_on_cpu(x, logical, bias, d, *fusion);
     if (!quantizing) return cpu::linear(x, logical.view(), bias, d);
-    QuantizedActivation a(ActScheme::s8_per_token, x.size(0), x.size(1));
-    quantize_activation(x, a.view());
-    return cpu::linear(a.view(), logical.view(), bias, d);
+    return linear_quantizing_on_cpu(x, logical, bias, d, fusion != nullptr ? *fusion : LinearFusion{});
   }
   // The 16-bit tensor cores take the activations as they are: 16-bit floats, 16-byte rows. W4A8
   // quantizes them first (inside the GEMM for 16-bit x at small M): f32 is accepted there too.

@@ -18,14 +18,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "nibble/gemm.h"
+
 namespace nibble::detail {
 
-/// Columns per granule sum, and lanes of the row total's first level.
-constexpr int kSumsqGranule = 16;
+/// Lanes of the row total's first level (the granule is nibble::kSumsqGranule columns).
 constexpr int kSumsqLanes = 32;
-
-/// Granule sums of a row of n columns.
-inline int64_t sumsq_granules(int64_t n) { return (n + kSumsqGranule - 1) / kSumsqGranule; }
 
 /// tree_n over v[0..n) (n a power of two), in place; returns the sum.
 inline double tree_sum(double* v, int n) {

@@ -199,22 +199,28 @@ bool fused_act_quant_enabled() {  // read on every call: tests and benches switc
   return v == nullptr || v[0] != '0';
 }
 
+// sm80_w4a8_gemm's plan for a packed W4A8 problem at M.
+W4A8Plan sm80_plan(int device, int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
+                   const WeightFormat& w) {
+  return plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(w), w.group_size,
+                        cuda_device_info(device).sm_count);
+}
+
 // Whether linear(x, packed) quantizes x inside sm80_w4a8_gemm for this packed W4A8 problem.
 bool fused_act_quant_runs(int device, int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                           const WeightFormat& w) {
-  if (!fused_act_quant_enabled()) return false;
-  const W4A8Plan plan = plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(w), w.group_size,
-                                       cuda_device_info(device).sm_count);
-  return fused_quant_fits(plan, m);
+  return fused_act_quant_enabled() &&
+         fused_quant_fits(sm80_plan(device, m, n_pad, k, k_pad, w), m);
 }
 
 // The int8 codes of x (M, K) in a workspace region at `base`: rows padded to 16 bytes, then the
 // M f32 scales (int8_bytes(m, k) bytes).
+int64_t int8_pitch(int64_t k) { return (k + 15) / 16 * 16; }
 size_t int8_bytes(int64_t m, int64_t k) {
-  return size_t(m) * size_t((k + 15) / 16 * 16) + size_t(m) * sizeof(float);
+  return size_t(m) * size_t(int8_pitch(k)) + size_t(m) * sizeof(float);
 }
 QuantizedActivationView int8_region(uint8_t* base, int64_t m, int64_t k, Device device) {
-  const int64_t ldq = (k + 15) / 16 * 16;
+  const int64_t ldq = int8_pitch(k);
   QuantizedActivationView a;
   a.scheme = ActScheme::s8_per_token;
   a.q = TensorView::contiguous(base, DType::s8, {m, k}, device);
@@ -223,13 +229,16 @@ QuantizedActivationView int8_region(uint8_t* base, int64_t m, int64_t k, Device 
   return a;
 }
 
-// x quantized inside the GEMM (fused_act_quant_runs), or by the activation kernel into `int8`
-// (int8_bytes of workspace) and then the int8-activation kernels.
+// x quantized inside the GEMM (`fused`: fused_act_quant_runs), or by the activation kernel
+// into `int8` (int8_bytes of workspace) and then the int8-activation kernels.
+bool fused_act_quant_runs(const TensorView& x, const PackedWeightView& w) {
+  return fused_act_quant_runs(x.device.index, x.size(0), w.n_pad, w.k, w.k_pad, w.format);
+}
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
-                                 const TensorView* bias, const TensorView& d, uint8_t* int8,
-                                 Stream stream) {
+                                 const TensorView* bias, const TensorView& d, bool fused,
+                                 uint8_t* int8, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (fused_act_quant_runs(x.device.index, m, w.n_pad, k, w.k_pad, w.format)) {
+  if (fused) {
     W4A8Launch l = w4a8_launch(x, w, bias, d);
     l.a = nullptr;  // x is the A source, quantized in the kernel
     l.x = x.data;
@@ -244,20 +253,19 @@ void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
 
 void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, Stream stream) {
-  const int64_t m = x.size(0), k = x.size(1);
-  uint8_t* int8 = nullptr;
-  if (!fused_act_quant_runs(x.device.index, m, w.n_pad, k, w.k_pad, w.format))
-    int8 = static_cast<uint8_t*>(activation_workspace(x.device.index, stream, int8_bytes(m, k)));
-  linear_packed_w4a8_float_in(x, w, bias, d, int8, stream);
+  const bool fused = fused_act_quant_runs(x, w);
+  uint8_t* int8 = fused ? nullptr
+                        : static_cast<uint8_t*>(activation_workspace(
+                              x.device.index, stream, int8_bytes(x.size(0), x.size(1))));
+  linear_packed_w4a8_float_in(x, w, bias, d, fused, int8, stream);
 }
 
 // Whether sm80_w4a8_gemm runs LinearFusion inside (residual_fusion_fits, f32 x and d).
 bool residual_fusion_runs(const TensorView& x, const PackedWeightView& w, const TensorView& d) {
   if (!fused_act_quant_enabled() || x.dtype != DType::f32 || d.dtype != DType::f32) return false;
-  const DeviceInfo dev = cuda_device_info(x.device.index);
-  const W4A8Plan plan = plan_sm80_w4a8(x.size(0), w.n_pad, w.k, w.k_pad, epilogue_of(w.format),
-                                       w.format.group_size, dev.sm_count);
-  return residual_fusion_fits(plan, x.size(0), dev.cc_major);
+  const int device = x.device.index;
+  return residual_fusion_fits(sm80_plan(device, x.size(0), w.n_pad, w.k, w.k_pad, w.format),
+                              x.size(0), cuda_device_info(device).cc_major);
 }
 }  // namespace
 
@@ -292,8 +300,10 @@ void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorV
   const auto align = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t y_bytes = norm ? align(size_t(m) * size_t(k) * 4) : 0;
   const size_t t_bytes = out ? align(size_t(m) * size_t(w.n) * 4) : 0;
+  // Whether the GEMM quantizes its input depends on the shapes only: y's answer is x's.
+  const bool fused = fused_act_quant_runs(x, w);
   auto* base = static_cast<uint8_t*>(activation_workspace(
-      x.device.index, stream, y_bytes + t_bytes + int8_bytes(m, k)));
+      x.device.index, stream, y_bytes + t_bytes + (fused ? 0 : int8_bytes(m, k))));
   TensorView in = x;
   if (norm) {
     auto* y = reinterpret_cast<float*>(base);
@@ -304,7 +314,7 @@ void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorV
   }
   TensorView result = d;
   if (out) result = TensorView::contiguous(base + y_bytes, DType::f32, {m, w.n}, x.device);
-  linear_packed_w4a8_float_in(in, w, bias, result, base + y_bytes + t_bytes, stream);
+  linear_packed_w4a8_float_in(in, w, bias, result, fused, base + y_bytes + t_bytes, stream);
   if (out)
     launch_residual_store(m, w.n, static_cast<const float*>(result.data), w.n,
                           static_cast<float*>(d.data), d.stride(0), f.accumulate,

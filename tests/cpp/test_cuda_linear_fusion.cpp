@@ -21,7 +21,7 @@ namespace {
 // Granule sums of the rows of x (M, K) f32 on the host, as the linear that wrote x would.
 Tensor host_granule_sums(const Tensor& x) {
   const int64_t m = x.view().size(0), k = x.view().size(1);
-  Tensor s = Tensor::empty(DType::f64, {m, detail::sumsq_granules(k)});
+  Tensor s = Tensor::empty(DType::f64, {m, sumsq_granules(k)});
   for (int64_t r = 0; r < m; ++r)
     detail::granule_sums(static_cast<const float*>(x.data()) + r * x.view().stride(0), k,
                          static_cast<double*>(s.data()) + r * s.view().stride(0));
@@ -113,7 +113,7 @@ TEST(CudaLinearFusion, EqualsTheStepsOneByOneBitForBit) {
             SCOPED_TRACE(std::string("NIBBLE_FUSED_ACT_QUANT=") + fuse);
             Tensor d = c.accumulate ? d0.to(Device::cuda()) : Tensor::empty(DType::f32, {m, n}, Device::cuda());
             if (!c.accumulate) d.fill_bytes(0xFF);  // NaN: every element must be written
-            Tensor out_sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(n)}, Device::cuda());
+            Tensor out_sums = Tensor::empty(DType::f64, {m, sumsq_granules(n)}, Device::cuda());
             out_sums.fill_bytes(0xFF);
             linear(xd.view(), wd.view(), nullptr, d.view(), c.fusion(sums_d, wdev, eps, out_sums));
             synchronize(Device::cuda());
@@ -126,7 +126,7 @@ TEST(CudaLinearFusion, EqualsTheStepsOneByOneBitForBit) {
           // differently from the kernel's in the last bits).
           if (m <= 3 && n <= 1000) {
             Tensor ref = d0.to(Device::cpu());
-            Tensor ref_sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(n)});
+            Tensor ref_sums = Tensor::empty(DType::f64, {m, sumsq_granules(n)});
             linear(x.view(), wh.view(), nullptr, ref.view(), c.fusion(sums, w, eps, ref_sums));
             ASSERT_LE(rel_error(want, ref), kRelTolF32Out);
           }
@@ -151,7 +151,7 @@ TEST(CudaLinearFusion, ResidualStreamReplaysInACudaGraph) {
   const Tensor a = test::random_activations(DType::f32, m, hidden, rng).to(Device::cuda());
   const Tensor resid0 = test::random_normal(DType::f32, m, d_model, rng, 2.0).to(Device::cuda());
   const Tensor g = test::random_rms_weight(DType::f32, d_model, rng).to(Device::cuda());
-  Tensor sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(d_model)}, Device::cuda());
+  Tensor sums = Tensor::empty(DType::f64, {m, sumsq_granules(d_model)}, Device::cuda());
   Tensor resid = resid0.to(Device::cuda());
   Tensor eager = Tensor::empty(DType::f32, {m, hidden}, Device::cuda());
   Tensor replay = Tensor::empty(DType::f32, {m, hidden}, Device::cuda());

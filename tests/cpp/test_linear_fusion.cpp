@@ -34,7 +34,7 @@ TEST(LinearFusion, GranuleSumsAreTheShuffleTreeOfExactSquares) {
   for (int64_t n : {1, 15, 16, 17, 1000, 4096}) {
     std::vector<float> d(static_cast<size_t>(n));
     for (auto& v : d) v = static_cast<float>(rng.normal(1.0) * std::exp2(rng.uniform(-20, 20)));
-    std::vector<double> s(static_cast<size_t>(detail::sumsq_granules(n)));
+    std::vector<double> s(static_cast<size_t>(sumsq_granules(n)));
     detail::granule_sums(d.data(), n, s.data());
     for (size_t b = 0; b < s.size(); ++b) {
       std::vector<double> sq(16, 0.0);
@@ -51,7 +51,7 @@ TEST(LinearFusion, NormInverseFollowsItsDefinitionAndIsAccurate) {
     std::vector<float> x(static_cast<size_t>(k));
     for (auto& v : x) v = static_cast<float>(rng.normal(3.0));
     x[static_cast<size_t>(k / 2)] = 900.0f;  // an outlier channel
-    std::vector<double> s(static_cast<size_t>(detail::sumsq_granules(k)));
+    std::vector<double> s(static_cast<size_t>(sumsq_granules(k)));
     detail::granule_sums(x.data(), k, s.data());
     const float eps = 1e-5f;
     const float inv = detail::rms_inverse(s.data(), static_cast<int64_t>(s.size()), k, eps);
@@ -83,7 +83,7 @@ TEST(LinearFusion, CpuLinearEqualsItsStepsBitForBit) {
       Tensor x = test::random_activations(DType::f32, m, k, rng);
       test::put_float(x.view(), m - 1, k - 3, -250.0);
       const Tensor w = test::random_rms_weight(DType::f32, k, rng);
-      Tensor in_sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(k)});
+      Tensor in_sums = Tensor::empty(DType::f64, {m, sumsq_granules(k)});
       for (int64_t r = 0; r < m; ++r)
         detail::granule_sums(static_cast<const float*>(x.data()) + r * k, k,
                              static_cast<double*>(in_sums.data()) + r * in_sums.view().stride(0));
@@ -94,7 +94,7 @@ TEST(LinearFusion, CpuLinearEqualsItsStepsBitForBit) {
         fusion.norm_weight = test::as_vector(w);
         fusion.norm_eps = 1e-5f;
         fusion.accumulate = accumulate;
-        Tensor out_sums = Tensor::empty(DType::f64, {m, detail::sumsq_granules(n)});
+        Tensor out_sums = Tensor::empty(DType::f64, {m, sumsq_granules(n)});
         out_sums.fill_bytes(0xFF);
         fusion.out_sumsq = out_sums.view();
         Tensor d = d0.to(Device::cpu());
@@ -104,7 +104,7 @@ TEST(LinearFusion, CpuLinearEqualsItsStepsBitForBit) {
         for (int64_t r = 0; r < m; ++r) {
           const float inv = detail::rms_inverse(
               static_cast<const double*>(in_sums.data()) + r * in_sums.view().stride(0),
-              detail::sumsq_granules(k), k, 1e-5f);
+              sumsq_granules(k), k, 1e-5f);
           for (int64_t c = 0; c < k; ++c)
             test::put_float(y.view(), r, c,
                             detail::rms_apply(static_cast<float>(test::float_at(x.view(), r, c)),
@@ -120,7 +120,7 @@ TEST(LinearFusion, CpuLinearEqualsItsStepsBitForBit) {
                 accumulate ? static_cast<float>(test::float_at(d0.view(), r, c)) + tv : tv;
             ASSERT_EQ(static_cast<float>(test::float_at(d.view(), r, c)), want[static_cast<size_t>(c)]);
           }
-          std::vector<double> sums(static_cast<size_t>(detail::sumsq_granules(n)));
+          std::vector<double> sums(static_cast<size_t>(sumsq_granules(n)));
           detail::granule_sums(want.data(), n, sums.data());
           ASSERT_EQ(std::memcmp(sums.data(),
                                 static_cast<const double*>(out_sums.data()) +

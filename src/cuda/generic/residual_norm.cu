@@ -18,6 +18,7 @@
 #include "common/cuda_runtime_check.h"
 #include "cuda/common/element.cuh"
 #include "cuda/common/residual_norm.cuh"
+#include "nibble/gemm.h"
 
 namespace nibble::cuda {
 
@@ -56,7 +57,7 @@ void launch_rms_from_sums(int64_t m, int64_t k, const Operand& x, const double* 
   if (m <= 0 || m > 0x7FFFFFFF || k <= 0)
     nibble::detail::fail(ErrorCode::internal, "launch_rms_from_sums: bad shape");
   rms_from_sums_kernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-      k, x, sums, sums_ld, static_cast<int>((k + 15) / 16), 1.0 / static_cast<double>(k), w, eps,
+      k, x, sums, sums_ld, static_cast<int>(sumsq_granules(k)), 1.0 / static_cast<double>(k), w, eps,
       y, ldy);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
 }

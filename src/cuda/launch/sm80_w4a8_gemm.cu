@@ -16,6 +16,7 @@
 #include "cuda/launch/sm80_w4a8_instances.cuh"
 #include "nibble/device.h"
 #include "nibble/formats.h"
+#include "nibble/gemm.h"
 
 namespace nibble::cuda {
 
@@ -190,33 +191,35 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   }
   const dim3 grid(plan.tiles_n, plan.tiles_m, plan.splits);
   const W4A8Epilogue e = l.epilogue;
-  if (l.residual_fusion()) {
-    if (l.x == nullptr || l.x_dtype != DType::f32 || l.d_dtype != DType::f32 ||
-        !residual_fusion_fits(plan, l.m, dev.cc_major))
-      nibble::detail::fail(ErrorCode::internal,
-                           "sm80_w4a8_gemm: the residual fusions need f32 x and d on the fused-"
-                           "quantization tile, unsplit or split in a cluster (residual_fusion_fits)");
-    p.resident_pitch = fused_resident_pitch(plan);
-    p.in_sumsq = l.in_sumsq;
-    p.in_sumsq_ld = l.in_sumsq_ld;
-    p.in_granules = static_cast<int>((l.k + 15) / 16);
-    p.norm_inv_k = 1.0 / static_cast<double>(l.k);
-    p.norm_eps = l.norm_eps;
-    p.norm_weight = l.norm_weight;
-    p.accumulate = l.accumulate;
-    p.out_sumsq = l.out_sumsq;
-    p.out_sumsq_ld = l.out_sumsq_ld;
-    return launch_fused_residual(p, e, plan.decode, l.group, grid, stream);
-  }
   if (l.x != nullptr) {
     if (!fused_quant_fits(plan, l.m))
       nibble::detail::fail(ErrorCode::internal,
                            "sm80_w4a8_gemm: fused activation quantization needs the m16 tile and "
                            "M rows of the K range within the resident A (fused_quant_fits)");
     p.resident_pitch = fused_resident_pitch(plan);
+    if (l.residual_fusion()) {
+      if (l.x_dtype != DType::f32 || l.d_dtype != DType::f32 ||
+          !residual_fusion_fits(plan, l.m, dev.cc_major))
+        nibble::detail::fail(ErrorCode::internal,
+                             "sm80_w4a8_gemm: the residual fusions need f32 x and d, and an unsplit "
+                             "tile or one split in a cluster (residual_fusion_fits)");
+      p.in_sumsq = l.in_sumsq;
+      p.in_sumsq_ld = l.in_sumsq_ld;
+      p.in_granules = static_cast<int>(sumsq_granules(l.k));
+      p.norm_inv_k = 1.0 / static_cast<double>(l.k);
+      p.norm_eps = l.norm_eps;
+      p.norm_weight = l.norm_weight;
+      p.accumulate = l.accumulate;
+      p.out_sumsq = l.out_sumsq;
+      p.out_sumsq_ld = l.out_sumsq_ld;
+      return launch_fused_residual(p, e, plan.decode, l.group, grid, stream);
+    }
     if (l.x_dtype == DType::f32) return launch_fused_f32(p, e, plan.decode, l.group, grid, stream);
     return launch_fused(p, l.x_dtype, e, plan.decode, l.group, grid, stream);
   }
+  if (l.residual_fusion())
+    nibble::detail::fail(ErrorCode::internal,
+                         "sm80_w4a8_gemm: the residual fusions need x quantized in the kernel");
   if (l.a4) {
     switch (static_cast<Tile>(plan.tile)) {
       case Tile::m16: return launch_tile8<Tile::m16, true>(p, e, grid, stream);

@@ -426,68 +426,64 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     // loads of its first x and w chunks are in flight, so both wait for one L2 round trip.
     [[maybe_unused]] float* const row_inv = reinterpret_cast<float*>(partial + (Cfg::kThreads / 32) * BM);
     [[maybe_unused]] const bool norm = Cfg::kResidual && p.in_sumsq != nullptr;
-    if constexpr (Cfg::kResidual) {
-      static_assert(Cfg::kThreads / 32 >= kFusedQuantMaxTokens, "a group per row is whole warps");
-      if (norm) {
-        uint32_t amax = 0;
-        const int stride = group * kVec;
-        const X* x_row = row_of(row < rows ? row : 0);
-        float4 xs[8], ws[8];
-        auto load = [&](int k0) {
+    {
+      uint32_t amax = 0;  // over this thread's values of its row (of y with the norm)
+      if constexpr (Cfg::kResidual) {
+        static_assert(Cfg::kThreads / 32 >= kFusedQuantMaxTokens, "a group per row is whole warps");
+        if (norm) {
+          const int stride = group * kVec;
+          const X* x_row = row_of(row < rows ? row : 0);
+          float4 xs[8], ws[8];
+          auto load = [&](int k0) {
 #pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const int k = k0 + u * stride;
-            const bool inside = row < rows && k < k_hi;  // outside: 0, no effect on the maximum
-            xs[u] = inside ? __ldg(reinterpret_cast<const float4*>(x_row + k)) : float4{};
-            ws[u] = inside ? __ldg(reinterpret_cast<const float4*>(p.norm_weight + k)) : float4{};
-          }
-        };
-        int k0 = k_lo + gl * kVec;
-        load(k0);
-        const float inv = warp_rms_inverse(
-            row < rows ? p.in_sumsq + int64_t(m0 + row) * p.in_sumsq_ld : nullptr,
-            p.in_granules, p.norm_inv_k, p.norm_eps);
-        if (row < rows && gl == 0) row_inv[row] = inv;
-        while (k0 < k_hi) {
+            for (int u = 0; u < 8; ++u) {
+              const int k = k0 + u * stride;
+              const bool inside = row < rows && k < k_hi;  // outside: 0, no effect on the maximum
+              xs[u] = inside ? __ldg(reinterpret_cast<const float4*>(x_row + k)) : float4{};
+              ws[u] = inside ? __ldg(reinterpret_cast<const float4*>(p.norm_weight + k)) : float4{};
+            }
+          };
+          int k0 = k_lo + gl * kVec;
+          load(k0);
+          const float inv = warp_rms_inverse(
+              row < rows ? p.in_sumsq + int64_t(m0 + row) * p.in_sumsq_ld : nullptr,
+              p.in_granules, p.norm_inv_k, p.norm_eps);
+          if (row < rows && gl == 0) row_inv[row] = inv;
+          while (k0 < k_hi) {
 #pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            amax = max(amax, abs_bits(rms_apply(xs[u].x, inv, ws[u].x)));
-            amax = max(amax, abs_bits(rms_apply(xs[u].y, inv, ws[u].y)));
-            amax = max(amax, abs_bits(rms_apply(xs[u].z, inv, ws[u].z)));
-            amax = max(amax, abs_bits(rms_apply(xs[u].w, inv, ws[u].w)));
+            for (int u = 0; u < 8; ++u) {
+              amax = max(amax, abs_bits(rms_apply(xs[u].x, inv, ws[u].x)));
+              amax = max(amax, abs_bits(rms_apply(xs[u].y, inv, ws[u].y)));
+              amax = max(amax, abs_bits(rms_apply(xs[u].z, inv, ws[u].z)));
+              amax = max(amax, abs_bits(rms_apply(xs[u].w, inv, ws[u].w)));
+            }
+            k0 += 8 * stride;
+            if (k0 < k_hi) load(k0);
           }
-          k0 += 8 * stride;
-          if (k0 < k_hi) load(k0);
         }
-        for (int o = min(group, 32) >> 1; o > 0; o >>= 1)
-          amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-        if (row < rows && (gl & 31) == 0) partial[(gl >> 5) * BM + row] = amax;
+    }
+    if (!norm && row < rows) {
+      const X* x_row = row_of(row);
+      const int stride = group * kVec;
+      for (int k0 = k_lo + gl * kVec; k0 < k_hi; k0 += 8 * stride) {
+        uint4 raw[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          raw[u] = k0 + u * stride < k_hi
+                       ? __ldg(reinterpret_cast<const uint4*>(x_row + k0 + u * stride))
+                       : make_uint4(0, 0, 0, 0);  // +0: no effect on the maximum
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const X* v = reinterpret_cast<const X*>(&raw[u]);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(float(v[e])));
+        }
       }
     }
-    if (!norm) {
-      uint32_t amax = 0;
-      if (row < rows) {
-        const X* x_row = row_of(row);
-        const int stride = group * kVec;
-        for (int k0 = k_lo + gl * kVec; k0 < k_hi; k0 += 8 * stride) {
-          uint4 raw[8];
-#pragma unroll
-          for (int u = 0; u < 8; ++u)
-            raw[u] = k0 + u * stride < k_hi
-                         ? __ldg(reinterpret_cast<const uint4*>(x_row + k0 + u * stride))
-                         : make_uint4(0, 0, 0, 0);  // +0: no effect on the maximum
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            const X* v = reinterpret_cast<const X*>(&raw[u]);
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) amax = max(amax, abs_bits(float(v[e])));
-          }
-        }
-      }
-      // Groups are aligned powers of two, so an XOR within min(G, 32) lanes stays in the group.
-      for (int o = min(group, 32) >> 1; o > 0; o >>= 1)
-        amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-      if (row < rows && (gl & 31) == 0) partial[(gl >> 5) * BM + row] = amax;
+    // Groups are aligned powers of two, so an XOR within min(G, 32) lanes stays in the group.
+    for (int o = min(group, 32) >> 1; o > 0; o >>= 1)
+      amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    if (row < rows && (gl & 31) == 0) partial[(gl >> 5) * BM + row] = amax;
     }
     __syncthreads();
     auto set_row_quant = [&](int r, uint32_t amax) {
@@ -765,30 +761,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- split-K: park the partial tile, let the last CTA of the tile finish it ---------------
   const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
   const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
+  // The tile's partial sums as 4-byte values (int32, or f32 with the group epilogue), and the
+  // output value of a summed one (the float epilogues), for the split and residual epilogues.
+  using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
+  auto partial = [&](int mt, int nt, int e) {
+    if constexpr (EPI == W4A8Epilogue::group) return __float_as_uint(facc[mt][nt][e]);
+    else return uint32_t(acc[mt][nt][e]);
+  };
+  [[maybe_unused]] auto sum_value = [&](int row, int col, Sum sum) {
+    if constexpr (EPI == W4A8Epilogue::group)
+      return detail::finish<EPI>(p, a_scale(row), col, 0, sum);
+    else
+      return detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col, sum >> kAccShift, 0.0f);
+  };
   if constexpr (Cfg::kResidual) {
     // The residual epilogue (LinearFusion's output side): the raw tile is parked in shared
     // memory (the start of the ring, as for a cluster split-K tile), then finished one element
     // per thread per pass, so that a granule's 16 columns are 16 lanes of a half-warp for its
     // sum (store_residual_tile). Split tiles are clusters here (the launcher takes the unfused
     // path for a workspace split): each CTA finishes whole granules of the tile.
-    using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
     __syncthreads();  // every warp is done with the ring
     uint32_t* tile = reinterpret_cast<uint32_t*>(smem);
-    park_mma_fragments<MT, NT, BN>(tile, row_base - m0, col_base - n0, [&](int mt, int nt, int e) {
-      if constexpr (EPI == W4A8Epilogue::group) return __float_as_uint(facc[mt][nt][e]);
-      else return uint32_t(acc[mt][nt][e]);
-    });
-    const auto value = [&](int row, int col, Sum sum) {
-      if constexpr (EPI == W4A8Epilogue::group)
-        return detail::finish<EPI>(p, a_scale(row), col, 0, sum);
-      else
-        return detail::finish<EPI>(p, a_scale(row), col, sum >> kAccShift, 0.0f);
-    };
+    park_mma_fragments<MT, NT, BN>(tile, row_base - m0, col_base - n0, partial);
     auto store = [&](int begin, int end, auto&& sum_at) {
       store_residual_tile<BN, Cfg::kThreads>(
           static_cast<float*>(p.d), p.ldd, p.n, p.accumulate, first_d, p.out_sumsq,
           p.out_sumsq_ld, begin, end, m0, n0,
-          [&](int i, int row, int col) { return value(row, col, sum_at(i)); });
+          [&](int i, int row, int col) { return sum_value(row, col, sum_at(i)); });
     };
     if (p.splits > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -810,23 +809,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     return;
   }
   if (p.splits > 1) {
-    using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
     auto finish_split = [&](int row, int col, Sum sum) {
-      if constexpr (EPI == W4A8Epilogue::s32) {
-        // the split sums are multiples of 2^shift: exact
+      if constexpr (EPI == W4A8Epilogue::s32)  // the split sums are multiples of 2^shift: exact
         static_cast<int32_t*>(p.d)[int64_t(row) * p.ldd + col] = sum >> kAccShift;
-      } else if constexpr (EPI == W4A8Epilogue::group) {
-        store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                    detail::finish<EPI>(p, a_scale(row), col, 0, sum));
-      } else {
-        store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col,
-                    detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col,
-                                                         sum >> kAccShift, 0.0f));
-      }
-    };
-    auto partial = [&](int mt, int nt, int e) {
-      if constexpr (EPI == W4A8Epilogue::group) return __float_as_uint(facc[mt][nt][e]);
-      else return uint32_t(acc[mt][nt][e]);
+      else
+        store_float(p.d, p.d_dtype, int64_t(row) * p.ldd + col, sum_value(row, col, sum));
     };
     if constexpr (Cfg::kOverlapLaunch) {
       if (p.cluster_split) {  // the splits are one cluster: reduce over distributed smem

@@ -549,7 +549,7 @@ class CudaBackend final : public Backend {
     }
     x_ = device_tensor(DType::f32, {m, d});
     delta_ = device_tensor(DType::f32, {m, d});
-    x_sumsq_ = device_tensor(DType::f64, {1, (d + 15) / 16});
+    x_sumsq_ = device_tensor(DType::f64, {1, sumsq_granules(d)});
     qkv_ = device_tensor(DType::f32, {m, shape_.qkv_ld()});
     gu_ = device_tensor(DType::f32, {m, 2 * f});
     q_bf16_ = device_tensor(DType::bf16, {m, qd});
