@@ -229,6 +229,17 @@ QuantizedActivationView int8_region(uint8_t* base, int64_t m, int64_t k, Device 
   return a;
 }
 
+// The launch of sm80_w4a8_gemm with x as the A source, quantized in the kernel.
+W4A8Launch fused_quant_launch(const TensorView& x, const PackedWeightView& w,
+                              const TensorView* bias, const TensorView& d) {
+  W4A8Launch l = w4a8_launch(x, w, bias, d);
+  l.a = nullptr;
+  l.x = x.data;
+  l.ldx = x.stride(0);
+  l.x_dtype = x.dtype;
+  return l;
+}
+
 // x quantized inside the GEMM (`fused`: fused_act_quant_runs), or by the activation kernel
 // into `int8` (int8_bytes of workspace) and then the int8-activation kernels.
 bool fused_act_quant_runs(const TensorView& x, const PackedWeightView& w) {
@@ -238,14 +249,7 @@ void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                                  const TensorView* bias, const TensorView& d, bool fused,
                                  uint8_t* int8, Stream stream) {
   const int64_t m = x.size(0), k = x.size(1);
-  if (fused) {
-    W4A8Launch l = w4a8_launch(x, w, bias, d);
-    l.a = nullptr;  // x is the A source, quantized in the kernel
-    l.x = x.data;
-    l.ldx = x.stride(0);
-    l.x_dtype = x.dtype;
-    return launch_sm80_w4a8(l, stream);
-  }
+  if (fused) return launch_sm80_w4a8(fused_quant_launch(x, w, bias, d), stream);
   const QuantizedActivationView a = int8_region(int8, m, k, x.device);
   cuda::quantize_activation(x, a, ActQuantFusion{}, stream);
   linear_packed(a, w, bias, d, stream);
@@ -259,28 +263,24 @@ void linear_packed_w4a8_float_in(const TensorView& x, const PackedWeightView& w,
                               x.device.index, stream, int8_bytes(x.size(0), x.size(1))));
   linear_packed_w4a8_float_in(x, w, bias, d, fused, int8, stream);
 }
-
-// Whether sm80_w4a8_gemm runs LinearFusion inside (residual_fusion_fits, f32 x and d).
-bool residual_fusion_runs(const TensorView& x, const PackedWeightView& w, const TensorView& d) {
-  if (!fused_act_quant_enabled() || x.dtype != DType::f32 || d.dtype != DType::f32) return false;
-  const int device = x.device.index;
-  return residual_fusion_fits(sm80_plan(device, x.size(0), w.n_pad, w.k, w.k_pad, w.format),
-                              x.size(0), cuda_device_info(device).cc_major);
-}
 }  // namespace
 
 void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
                    const TensorView& d, const LinearFusion& f, Stream stream) {
-  detail::DeviceGuard guard(x.device.index);
-  require_sm80(x.device.index);
   const bool norm = f.in_sumsq.data != nullptr;
   const bool out = f.accumulate || f.out_sumsq.data != nullptr;
-  if (residual_fusion_runs(x, w, d)) {
-    W4A8Launch l = w4a8_launch(x, w, bias, d);
-    l.a = nullptr;
-    l.x = x.data;
-    l.ldx = x.stride(0);
-    l.x_dtype = x.dtype;
+  if (!norm && !out) return linear_packed(x, w, bias, d, stream);  // nothing to fuse
+  detail::DeviceGuard guard(x.device.index);
+  require_sm80(x.device.index);
+  // One plan answers both: whether the GEMM quantizes x, and whether it runs the fusions inside
+  // (residual_fusion_fits, f32 x and d).
+  const int64_t m = x.size(0), k = x.size(1);
+  const int device = x.device.index;
+  const W4A8Plan plan = sm80_plan(device, m, w.n_pad, w.k, w.k_pad, w.format);
+  const bool fused = fused_act_quant_enabled() && fused_quant_fits(plan, m);
+  if (fused && x.dtype == DType::f32 && d.dtype == DType::f32 &&
+      residual_fusion_fits(plan, m, cuda_device_info(device).cc_major)) {
+    W4A8Launch l = fused_quant_launch(x, w, bias, d);
     if (norm) {
       l.in_sumsq = static_cast<const double*>(f.in_sumsq.data);
       l.in_sumsq_ld = f.in_sumsq.stride(0);
@@ -296,12 +296,10 @@ void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorV
   }
   // The fusions around the unfused path, in one workspace: y (the normalized x, f32), t (the
   // linear's f32 result), then the int8 codes if x is quantized by the activation kernel.
-  const int64_t m = x.size(0), k = x.size(1);
+  // Whether the GEMM quantizes its input depends on the shapes only: y's answer is x's.
   const auto align = [](size_t b) { return (b + 255) / 256 * 256; };
   const size_t y_bytes = norm ? align(size_t(m) * size_t(k) * 4) : 0;
   const size_t t_bytes = out ? align(size_t(m) * size_t(w.n) * 4) : 0;
-  // Whether the GEMM quantizes its input depends on the shapes only: y's answer is x's.
-  const bool fused = fused_act_quant_runs(x, w);
   auto* base = static_cast<uint8_t*>(activation_workspace(
       x.device.index, stream, y_bytes + t_bytes + (fused ? 0 : int8_bytes(m, k))));
   TensorView in = x;

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    residual_store_kernel(int64_t m, int n, const float* t, int64_t ldt, float* d, int64_t ldd,
+    residual_store_kernel(int n, const float* t, int64_t ldt, float* d, int64_t ldd,
                           bool accumulate, double* sums, int64_t sums_ld) {
   const int row = static_cast<int>(blockIdx.y);
   const int begin = static_cast<int>(blockIdx.x) * kThreads;
@@ -46,7 +46,6 @@ __global__ void __launch_bounds__(kThreads)
   store_residual_tile<kThreads, kThreads>(
       d, ldd, n, accumulate, first_d, sums, sums_ld, 0, kThreads, row, begin,
       [&](int, int r, int c) { return t[int64_t(r) * ldt + c]; });
-  (void)m;
 }
 
 }  // namespace
@@ -68,7 +67,7 @@ void launch_residual_store(int64_t m, int64_t n, const float* t, int64_t ldt, fl
   if (m <= 0 || m > 65535 || n <= 0 || n > (int64_t{1} << 30))
     nibble::detail::fail(ErrorCode::internal, "launch_residual_store: bad shape");
   const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads), static_cast<unsigned>(m));
-  residual_store_kernel<<<grid, kThreads, 0, stream>>>(m, static_cast<int>(n), t, ldt, d, ldd,
+  residual_store_kernel<<<grid, kThreads, 0, stream>>>(static_cast<int>(n), t, ldt, d, ldd,
                                                         accumulate, sums, sums_ld);
   NIBBLE_CUDA_CHECK(cudaGetLastError());
 }

@@ -269,11 +269,7 @@ void GpuLinear::forward(const LinearInput& in, const LinearScratch& scratch, int
     case Path::packed_a8:
     case Path::quantized_act: {
       if (in.quantize_in_linear && path_ == Path::packed_a8) {
-        const LinearFusion& f = in.fusion;
-        if (f.accumulate || f.in_sumsq.data != nullptr || f.out_sumsq.data != nullptr)
-          linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, f, stream);
-        else
-          linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, stream);
+        linear(sub_view(in.x, m, kp_), packed_.view(), nullptr, out, in.fusion, stream);
         return;
       }
       QuantizedActivationView qa;
