@@ -154,12 +154,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1) attention_decode_cluster_kernel
     }
   }
 
+  const RopeCoefficients rc = load_rope_coefficients<HD>(p, pos);
+
   ptx::griddep_wait();
   // The o linear, launched to overlap this kernel, may now start loading its weights (it waits
   // for this kernel before reading its output); not earlier (attention_decode_splitkv.cu).
   ptx::griddep_launch_dependents();
-  rotate_queries<HD, MAXG, kThreads>(p, kv_head, pos, q_sh);
-  if (j0 <= pos && pos < j1) store_new_row<HD, kThreads>(p, kv_head, pos, k_new_sh, v_new_sh);
+  load_step_inputs<HD, MAXG, kThreads>(p, kv_head, pos, j0 <= pos && pos < j1, rc, q_sh,
+                                       k_new_sh, v_new_sh);
   __syncthreads();  // q_sh and the new row ready for the whole CTA
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

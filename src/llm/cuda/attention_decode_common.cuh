@@ -65,20 +65,71 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[8]) {
   }
 }
 
-/// The G query heads of `kv_head`, rotated for position `pos`, into q_sh (all threads of the
-/// block, kThreads of them). Reads the qkv linear's output: after griddep_wait.
-template <int HD, int MAXG, int kThreads>
-__device__ __forceinline__ void rotate_queries(const Params& p, int kv_head, int pos,
-                                               float (&q_sh)[MAXG][HD]) {
+/// RoPE's cos and sin at position `pos` for the one pair index this thread rotates, t % (hd/2)
+/// (load_step_inputs). The tables do not change: read before griddep_wait.
+struct RopeCoefficients {
+  float cs, sn;
+};
+template <int HD>
+__device__ __forceinline__ RopeCoefficients load_rope_coefficients(const Params& p, int pos) {
   constexpr int kHalf = HD / 2;
-  const float* q_in = p.qkv + kv_head * p.group * HD;
-  const float* cs = p.cos + static_cast<int64_t>(pos) * kHalf;
-  const float* sn = p.sin + static_cast<int64_t>(pos) * kHalf;
-  for (int idx = threadIdx.x; idx < p.group * kHalf; idx += kThreads) {
-    const int g = idx / kHalf, i = idx % kHalf;
-    const float a = q_in[g * HD + i], b = q_in[g * HD + i + kHalf];
-    q_sh[g][i] = rope_lo(a, b, cs[i], sn[i]);
-    q_sh[g][i + kHalf] = rope_hi(a, b, cs[i], sn[i]);
+  const int64_t at = static_cast<int64_t>(pos) * kHalf + threadIdx.x % kHalf;
+  return {p.cos[at], p.sin[at]};
+}
+
+/// The step's inputs from the qkv linear's output (after griddep_wait), all kThreads threads of
+/// the block:
+///   - the G query heads of `kv_head`, rotated for `pos`, into q_sh;
+///   - where `new_row` (the CTA whose keys include pos): the new token's k (rotated) and v,
+///     rounded to bf16, to row pos of the caches and to k_new / v_new (shared memory, HD each).
+/// Every load is issued before any is used, so the CTA waits for one L2 round trip, not one for
+/// the queries and another for the new row (the CTA holding it would reach the combine last).
+/// The work is (G + 2)·hd/2 rotate-half pairs — a query head's, k's, or v's (x[i], x[i + hd/2])
+/// — and thread t takes pairs t, t + kThreads, ...; as kThreads is a multiple of hd/2, every
+/// pair of a thread has index t % (hd/2), the one `rc` holds.
+template <int HD, int MAXG, int kThreads>
+__device__ __forceinline__ void load_step_inputs(const Params& p, int kv_head, int pos,
+                                                 bool new_row, RopeCoefficients rc,
+                                                 float (&q_sh)[MAXG][HD],
+                                                 __nv_bfloat16* k_new, __nv_bfloat16* v_new) {
+  constexpr int kHalf = HD / 2;
+  static_assert(kThreads % kHalf == 0, "a thread's pairs must share one rope index");
+  constexpr int kPairs = (MAXG + 2) * kHalf;
+  constexpr int kPerThread = (kPairs + kThreads - 1) / kThreads;
+  const int G = p.group, i = static_cast<int>(threadIdx.x) % kHalf;
+  const int q_pairs = G * kHalf, pairs = q_pairs + (new_row ? 2 * kHalf : 0);
+  const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
+  const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
+  float a[kPerThread], b[kPerThread];
+#pragma unroll
+  for (int n = 0; n < kPerThread; ++n) {
+    const int idx = static_cast<int>(threadIdx.x) + n * kThreads;
+    if (idx < pairs) {
+      const float* row = idx < q_pairs           ? p.qkv + (kv_head * G + idx / kHalf) * HD
+                         : idx < q_pairs + kHalf ? k_in
+                                                 : v_in;
+      a[n] = row[i];
+      b[n] = row[i + kHalf];
+    }
+  }
+  const int64_t cache_row = (static_cast<int64_t>(kv_head) * p.s.max_ctx + pos) * HD;
+#pragma unroll
+  for (int n = 0; n < kPerThread; ++n) {
+    const int idx = static_cast<int>(threadIdx.x) + n * kThreads;
+    if (idx >= pairs) continue;
+    if (idx < q_pairs) {
+      q_sh[idx / kHalf][i] = rope_lo(a[n], b[n], rc.cs, rc.sn);
+      q_sh[idx / kHalf][i + kHalf] = rope_hi(a[n], b[n], rc.cs, rc.sn);
+    } else if (idx < q_pairs + kHalf) {
+      const __nv_bfloat16 lo = __float2bfloat16_rn(rope_lo(a[n], b[n], rc.cs, rc.sn));
+      const __nv_bfloat16 hi = __float2bfloat16_rn(rope_hi(a[n], b[n], rc.cs, rc.sn));
+      p.k_cache[cache_row + i] = k_new[i] = lo;
+      p.k_cache[cache_row + i + kHalf] = k_new[i + kHalf] = hi;
+    } else {
+      const __nv_bfloat16 lo = __float2bfloat16_rn(a[n]), hi = __float2bfloat16_rn(b[n]);
+      p.v_cache[cache_row + i] = v_new[i] = lo;
+      p.v_cache[cache_row + i + kHalf] = v_new[i + kHalf] = hi;
+    }
   }
 }
 
@@ -90,28 +141,6 @@ __device__ __forceinline__ void load_query_slice(const float (&q_sh)[MAXG][HD], 
   for (int g = 0; g < MAXG; ++g)
 #pragma unroll
     for (int e = 0; e < 8; ++e) q[g][e] = g < G ? q_sh[g][d0 + e] : 0.0f;
-}
-
-/// The new token's k (rotated) and v of `kv_head`, rounded to bf16, to row `pos` of the cache and
-/// to k_new / v_new (shared memory, HD values each). After griddep_wait.
-template <int HD, int kThreads>
-__device__ __forceinline__ void store_new_row(const Params& p, int kv_head, int pos,
-                                              __nv_bfloat16* k_new, __nv_bfloat16* v_new) {
-  constexpr int kHalf = HD / 2;
-  const float* k_in = p.qkv + (p.s.n_heads + kv_head) * HD;
-  const float* v_in = p.qkv + (p.s.n_heads + p.s.n_kv_heads + kv_head) * HD;
-  const float* cs = p.cos + static_cast<int64_t>(pos) * kHalf;
-  const float* sn = p.sin + static_cast<int64_t>(pos) * kHalf;
-  const int64_t row = (static_cast<int64_t>(kv_head) * p.s.max_ctx + pos) * HD;
-  for (int i = threadIdx.x; i < kHalf; i += kThreads) {
-    const float a = k_in[i], b = k_in[i + kHalf];
-    const __nv_bfloat16 lo = __float2bfloat16_rn(rope_lo(a, b, cs[i], sn[i]));
-    const __nv_bfloat16 hi = __float2bfloat16_rn(rope_hi(a, b, cs[i], sn[i]));
-    p.k_cache[row + i] = k_new[i] = lo;
-    p.k_cache[row + i + kHalf] = k_new[i + kHalf] = hi;
-  }
-  for (int i = threadIdx.x; i < HD; i += kThreads)
-    p.v_cache[row + i] = v_new[i] = __float2bfloat16_rn(v_in[i]);
 }
 
 /// One lane's online-softmax state over the keys it has seen, for the G ≤ MAXG query heads of a

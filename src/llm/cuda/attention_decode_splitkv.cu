@@ -128,15 +128,17 @@ __global__ void __launch_bounds__(kThreads) attention_decode_splitkv_kernel(Para
     }
     nibble::cuda::ptx::cp_async_commit();
   }
+  const decode_attention::RopeCoefficients rc =
+      decode_attention::load_rope_coefficients<HD>(p, pos);
   nibble::cuda::ptx::griddep_wait();
   // The o linear, launched to overlap this kernel, may now start loading its weights (it waits
   // for this kernel before reading its output). Not earlier: it would let the linears after it
   // start too, all of them competing with the qkv linear for memory (see launch()).
   nibble::cuda::ptx::griddep_launch_dependents();
-  decode_attention::rotate_queries<HD, MAXG, kThreads>(p, kv_head, pos, q_sh);
-  if (split == n_active - 1)  // this chunk holds the new position: store its k and v
-    decode_attention::store_new_row<HD, kThreads>(p, kv_head, pos, k_sh + (pos - j0) * HD,
-                                                  v_sh + (pos - j0) * HD);
+  // The last active chunk holds the new position: it stores the new k and v too.
+  decode_attention::load_step_inputs<HD, MAXG, kThreads>(p, kv_head, pos, split == n_active - 1,
+                                                         rc, q_sh, k_sh + (pos - j0) * HD,
+                                                         v_sh + (pos - j0) * HD);
   nibble::cuda::ptx::cp_async_wait<0>();
   __syncthreads();  // q_sh, the cached rows and the new row ready for the whole CTA
 
