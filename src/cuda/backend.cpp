@@ -396,7 +396,7 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
     const WeightFormat& wf = format.weight;
     if (sm90_runs_w4afp8(device, wf))
       return s + packed +
-             describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue_of(wf), info.sm_count, 4, true)) +
+             describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue_of(wf), device, 4, true)) +
              " on " + std::to_string(info.sm_count) + " SMs (fp8 e4m3 wgmma, f32 sums per K block)";
     return s + packed +
            "simt_linear on the packed layout (the fp8 tensor-core kernel needs an sm_90a build on "

@@ -213,6 +213,20 @@ __device__ __forceinline__ uint32_t ld_shared_cluster_u32(uint32_t remote) {
   return v;
 }
 
+/// The 16 bytes at `remote` (16-byte aligned), an address from map_shared_cluster.
+__device__ __forceinline__ uint4 ld_shared_cluster_v4(uint32_t remote) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(remote)
+               : "memory");
+#else
+  (void)remote;
+#endif
+  return v;
+}
+
 /// Stores 4 bytes at `remote`, an address from map_shared_cluster. Visible to that CTA after the
 /// next cluster_sync.
 __device__ __forceinline__ void st_shared_cluster_u32(uint32_t remote, uint32_t v) {

@@ -50,7 +50,7 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
   if (m >= kSm90MinTokens) return true;
   if (m < kSm90MinTokensOneWaveW8) return false;
   const int sms = cuda_device_info(device).sm_count;
-  const W4A8WgmmaPlan plan = plan_sm90_w4a8(m, n_pad, k_pad, epilogue, sms, weight_bits);
+  const W4A8WgmmaPlan plan = plan_sm90_w4a8(m, n_pad, k_pad, epilogue, device, weight_bits);
   return int64_t(plan.tiles_m) * plan.tiles_n * plan.splits <= sms;
 }
 
@@ -75,7 +75,7 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
   const int64_t n_pad = weight_bits == 8 ? n : (n + 7) / 8 * 8;
   const int64_t k_pad = (k + 127) / 128 * 128;
   if (use_sm90_int8_mma(device, m, n_pad, k_pad, epilogue, group, weight_bits))
-    return describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, info.sm_count, weight_bits)) +
+    return describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue, device, weight_bits)) +
            sms + " (Hopper: M >= " + std::to_string(kSm90MinTokens) +
            (weight_bits == 8 ? ", or M >= " + std::to_string(kSm90MinTokensOneWaveW8) +
                                    " when the grid is one wave)"

@@ -5,7 +5,8 @@
 namespace nibble::cuda {
 
 Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
-                                 std::initializer_list<int> bms, int min_kblocks_per_split) {
+                                 std::initializer_list<int> bms, int min_kblocks_per_split,
+                                 Sm90ClusterSplitK cluster) {
   Sm90TileChoice best;
   int64_t best_cost = 0;
   const int64_t tiles_n = (n_pad + 127) / 128;
@@ -23,7 +24,13 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
   const int kblocks = static_cast<int>(k_pad / 128);
   const int tiles = best.tiles_m * best.tiles_n;
   int splits = 1;
-  if (2 * tiles <= sm_count)
+  if (2 * tiles <= sm_count && cluster.clusters_at_once != nullptr) {
+    const int most = std::min(kMaxSm90ClusterSplits, kblocks / cluster.min_kblocks_per_split);
+    for (int s = most; s >= 2 && splits == 1; --s)
+      if (tiles <= cluster.clusters_at_once[s]) splits = s;
+    best.cluster_split = splits > 1;
+  }
+  if (2 * tiles <= sm_count && splits == 1)
     splits = std::clamp(std::min(sm_count / tiles, kblocks / min_kblocks_per_split), 1, 16);
   best.kblocks_per_split = (kblocks + splits - 1) / splits;
   best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;

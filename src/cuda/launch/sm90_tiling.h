@@ -9,14 +9,30 @@ namespace nibble::cuda {
 
 struct Sm90TileChoice {
   int bm = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+  bool cluster_split = false;  ///< the splits of a tile are one thread-block cluster along z
+};
+
+/// The most splits of a cluster split tile (the portable cluster size).
+constexpr int kMaxSm90ClusterSplits = 8;
+
+/// Cluster split-K, for kernels that can reduce a tile's partials over distributed shared
+/// memory: clusters_at_once[s] (s = 2..kMaxSm90ClusterSplits) is how many clusters of s CTAs the
+/// GPU runs at once, and each split keeps at least min_kblocks_per_split K blocks.
+struct Sm90ClusterSplitK {
+  const int* clusters_at_once = nullptr;
+  int min_kblocks_per_split = 0;
 };
 
 /// The token tile among `bms` with the least estimated time — waves of CTAs × the time of one
 /// tile, its tokens plus a fixed part (the weight tile's stream and conversion, pipeline fill
 /// and epilogue: about 48 tokens' worth of MMA) — and split-K when the tiles alone leave half
 /// the SMs idle: as many splits as fit in one wave, at most 16, each at least
-/// `min_kblocks_per_split` 128-wide K blocks.
+/// `min_kblocks_per_split` 128-wide K blocks. With `cluster` (clusters_at_once not null) the
+/// splits are preferably one cluster per tile: the most splits (2..8) whose clusters all run in
+/// one wave and keep cluster.min_kblocks_per_split blocks each; the workspace split applies
+/// where no cluster split does.
 Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
-                                 std::initializer_list<int> bms, int min_kblocks_per_split);
+                                 std::initializer_list<int> bms, int min_kblocks_per_split,
+                                 Sm90ClusterSplitK cluster = {});
 
 }  // namespace nibble::cuda

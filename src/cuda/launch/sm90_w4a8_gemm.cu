@@ -5,13 +5,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/sm90_tiling.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/launch/tensor_map.h"
@@ -40,6 +44,11 @@ void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorM
   using Cfg = typename Instance<BM, E, W, F8>::Cfg;
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  if (p.cluster_split) {  // the splits of a tile are one cluster: cluster dims (1, 1, splits)
+    launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
+                       grid.z, a, w, g, p);
+    return;
+  }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
@@ -127,17 +136,65 @@ bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group, bool a_e4m3) {
   return false;
 }
 
+namespace {
+
+// K blocks a split of a cluster split tile keeps at least.
+constexpr int kMinKBlocksPerClusterSplit = 8;
+
+// Clusters of `size` CTAs of the kernel that `device` runs at once, for size = 0..8 (0 and 1
+// unused). Every instance holds one CTA per SM (its ring fills ~200 KB of shared memory, the
+// smallest ~130 KB), so the answer is the GPU's: how many clusters of `size` SMs its GPCs hold.
+std::array<int, kMaxSm90ClusterSplits + 1> clusters_at_once(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::array<int, kMaxSm90ClusterSplits + 1>> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(device); it != cache.end()) return it->second;
+  std::array<int, kMaxSm90ClusterSplits + 1> counts{};
+  using Cfg = Instance<64, W4A8Epilogue::per_channel>::Cfg;
+  constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
+  const detail::DeviceGuard guard(device);
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  for (int size = 2; size <= kMaxSm90ClusterSplits; ++size) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = static_cast<unsigned>(size);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, 1, static_cast<unsigned>(size));
+    config.blockDim = dim3(Cfg::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: no clusters of this size here
+      n = 0;
+    }
+    counts[static_cast<size_t>(size)] = n;
+  }
+  cache.emplace(device, counts);
+  return counts;
+}
+
+}  // namespace
+
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
-                             int sm_count, int weight_bits, bool a_e4m3) {
-  // Split-K needs at least 24 K blocks (3072 of K) per split — measured on the H100 at M = 64:
-  // 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096), 4 of 14336 won (22.7
-  // vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed cost. The f32 group
+                             int device, int weight_bits, bool a_e4m3) {
+  const int sm_count = cuda_device_info(device).sm_count;
+  // Split-K through the workspace needs at least 24 K blocks (3072 of K) per split — measured
+  // on the H100 at M = 64: 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096),
+  // 4 of 14336 won (22.7 vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed
+  // cost. Split tiles that are one cluster reduce over distributed shared memory instead (no
+  // round trip, no counter) and pay from kMinKBlocksPerClusterSplit blocks on. The f32 group
   // epilogues (int8 or fp8 activations) have no 256-token tile (their second accumulator set,
   // the f32 running sums, would not fit).
+  const std::array<int, kMaxSm90ClusterSplits + 1> clusters = clusters_at_once(device);
+  const Sm90ClusterSplitK cluster{clusters.data(), kMinKBlocksPerClusterSplit};
   const Sm90TileChoice t =
       epilogue == W4A8Epilogue::group
-          ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24)
-          : choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24);
+          ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24, cluster)
+          : choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24, cluster);
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
   best.a_e4m3 = a_e4m3;
@@ -146,6 +203,7 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.tiles_n = t.tiles_n;
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
+  best.cluster_split = t.cluster_split;
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3)
                                  : stages_of<64>(epilogue, weight_bits, a_e4m3);
@@ -164,6 +222,7 @@ std::string describe(const W4A8WgmmaPlan& plan) {
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                (plan.cluster_split ? " in a cluster" : " through a workspace") +
                                 " (tiles alone would leave SMs idle)"
                           : "");
 }
@@ -172,9 +231,8 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   const char* name = kernel_name(l.weight_bits, l.a_e4m3);
   if (!sm90_w4a8_handles(l.epilogue, l.group, l.a_e4m3))
     nibble::detail::fail(ErrorCode::internal, std::string(name) + ": format not implemented here");
-  const DeviceInfo dev = cuda_device_info(l.device);
   const W4A8WgmmaPlan plan =
-      plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, dev.sm_count, l.weight_bits, l.a_e4m3);
+      plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, l.device, l.weight_bits, l.a_e4m3);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
 
   // Activations: (M, K) bytes, boxes of 128 bytes × BM rows with the 128-byte swizzle that the
@@ -221,7 +279,8 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks = static_cast<int>(kblocks);
   p.kblocks_per_split = plan.kblocks_per_split;
   p.w_scale_dtype = l.w_scale_dtype;
-  if (plan.splits > 1) {
+  p.cluster_split = plan.cluster_split;
+  if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;

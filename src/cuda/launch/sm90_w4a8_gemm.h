@@ -15,6 +15,7 @@ namespace nibble::cuda {
 /// row-major s8 weights of a W4A8Launch with weight_bits = 8.
 struct W4A8WgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+  bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
   int weight_bits = 4;
   bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)
 };
@@ -25,8 +26,9 @@ bool sm90_w4a8_available(int device);
 /// (f32 group scales or two-level); with fp8 activations (a_e4m3) per channel and G = 128
 /// group scales.
 bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group, bool a_e4m3 = false);
+/// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
-                             sm80::W4A8Epilogue epilogue, int sm_count, int weight_bits = 4,
+                             sm80::W4A8Epilogue epilogue, int device, int weight_bits = 4,
                              bool a_e4m3 = false);
 std::string describe(const W4A8WgmmaPlan& plan);
 

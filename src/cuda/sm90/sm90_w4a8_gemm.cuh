@@ -73,8 +73,10 @@
 //   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_w4a8_gemm.
 //   2. Grouped formats only with G = 128 (one group per K block); other group sizes run
 //      sm80_w4a8_gemm.
-//   3. Split-K (gridDim.z > 1) goes through a workspace of splits·M·N 4-byte partials and a
-//      per-tile counter; the last CTA of a tile reduces in split order (deterministic).
+//   3. Split-K (gridDim.z > 1): a tile's splits are one thread-block cluster (up to 8, when
+//      every tile's cluster fits in one wave; the partial tiles are summed over distributed
+//      shared memory), or go through a workspace of splits·M·N 4-byte partials and a per-tile
+//      counter, the last CTA of a tile reducing; both sum in split order (deterministic).
 //   4. One output tile per CTA (no persistent scheduler): the epilogue of one tile does not
 //      overlap the main loop of the next.
 //   5. 8-bit weights: per-channel and s32 epilogues only.
@@ -116,8 +118,9 @@ struct W4A8WgmmaParams {
   DType d_dtype = DType::bf16;
   int m = 0, n = 0, kblocks = 0;
   int kblocks_per_split = 0;      // K blocks per CTA along gridDim.z (split-K)
-  void* workspace = nullptr;      // splits·M·N 4-byte partials (split-K only)
+  void* workspace = nullptr;      // splits·M·N 4-byte partials (workspace split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
+  bool cluster_split = false;     // the splits of a tile are one cluster (1, 1, gridDim.z)
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
 };
 
@@ -218,6 +221,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if constexpr (Cfg::kGBytes > 0)
           ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
       }
+    }
+    // A cluster split tile's two cluster barriers (store_transposed_tile) are passed by every
+    // thread of the cluster, the producers included, before they leave.
+    if (p.cluster_split) {
+      ptx::cluster_sync();
+      ptx::cluster_sync();
     }
     return;
   }
@@ -410,7 +419,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
       smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
-      store_row);
+      p.cluster_split, store_row);
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();

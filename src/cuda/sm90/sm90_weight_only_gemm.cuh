@@ -297,7 +297,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     store_float4(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v, vec_ok, p.n - col);
   };
   store_transposed_tile<BM, Cfg::kOutPitch, true>(smem, tid, m0, n0, tile.n * tiles_m + tile.m,
-                                                  p.m, p.n, p.workspace, p.counters, store_row);
+                                                  p.m, p.n, p.workspace, p.counters,
+                                                  /*cluster_split=*/false, store_row);
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();

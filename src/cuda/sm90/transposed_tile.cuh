@@ -9,10 +9,13 @@
 //                           the fragment writes then hit 32 distinct banks);
 //   store_transposed_tile   each consumer warp takes whole token rows, lane l channels
 //                           4l..4l+3 (one 16-byte shared load), and calls
-//                           store_row(row, raw[4]); with split-K (gridDim.z > 1) each CTA
-//                           first parks its raw tile in a workspace slot and the tile's last
-//                           CTA sums the slots in split order (int32 wrap-around or f32), so
-//                           results do not depend on CTA timing, then resets the tile counter.
+//                           store_row(row, raw[4]); with split-K (gridDim.z > 1) the splits'
+//                           partial tiles are summed in split order (int32 wrap-around or f32),
+//                           so results do not depend on CTA timing: when the splits are one
+//                           cluster, each CTA sums its share of the token rows from every CTA's
+//                           shared memory (distributed shared memory, between two cluster
+//                           barriers); otherwise each CTA parks its raw tile in a workspace slot
+//                           and the tile's last CTA sums the slots, then resets the counter.
 //
 // Both run on the 256 consumer threads only (named barrier 1) after the main loop; the ring is
 // reused for the tile, which is safe once every consumer has passed its last `full` wait.
@@ -24,6 +27,8 @@
 #include <cstdint>
 
 #include "cuda/common/element.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/launch/sm90_tiling.h"
 #include "nibble/types.h"
 
 namespace nibble::cuda::sm90 {
@@ -66,7 +71,8 @@ __device__ __forceinline__ void store_float4(void* d, DType dtype, int64_t i0, c
 template <int BM, int kOutPitch, bool kFloatSum, class StoreRow>
 __device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, int m0, int n0,
                                                       int tile_id, int m, int n, void* workspace,
-                                                      int* counters, StoreRow&& store_row) {
+                                                      int* counters, bool cluster_split,
+                                                      StoreRow&& store_row) {
   const uint32_t* out_sh = reinterpret_cast<const uint32_t*>(smem);
   const int lane = tid % 32;
   const int cwarp = (tid - 128) / 32;  // 0..7
@@ -78,6 +84,40 @@ __device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, in
       const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * kOutPitch + 4 * lane);
       store_row(m0 + r, {t.x, t.y, t.z, t.w});
     }
+    return;
+  }
+
+  if (cluster_split) {
+    // ---- cluster split-K: CTA s of the cluster holds split s's raw tile at the same offset.
+    // CTA q sums token rows 8q .. 8q + 7 (and every 8·splits-th after them), one row per warp,
+    // reading each split's 16 bytes of the row with every split's load in flight at once.
+    ptx::cluster_sync();  // every CTA's raw tile is in its shared memory
+    const int splits = gridDim.z, rank = static_cast<int>(ptx::cluster_ctarank());
+    const uint32_t local = ptx::smem_addr(out_sh);
+    for (int r = cwarp + 8 * rank; r < BM && m0 + r < m; r += 8 * splits) {
+      if (!col_ok) continue;
+      const uint32_t at = local + 4u * static_cast<uint32_t>(r * kOutPitch + 4 * lane);
+      uint4 part[kMaxSm90ClusterSplits];
+#pragma unroll
+      for (int sp = 0; sp < kMaxSm90ClusterSplits; ++sp)
+        if (sp < splits)
+          part[sp] = ptx::ld_shared_cluster_v4(ptx::map_shared_cluster(at, uint32_t(sp)));
+      uint32_t sum[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int sp = 0; sp < kMaxSm90ClusterSplits; ++sp) {
+        if (sp >= splits) break;
+        const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kFloatSum)
+            sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
+          else
+            sum[e] += v[e];  // int32 sums wrap like the accumulators: exact
+        }
+      }
+      store_row(m0 + r, sum);
+    }
+    ptx::cluster_sync();  // no CTA leaves (freeing its tile) while another still reads it
     return;
   }
 
