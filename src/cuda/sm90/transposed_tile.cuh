@@ -68,6 +68,26 @@ __device__ __forceinline__ void store_float4(void* d, DType dtype, int64_t i0, c
   }
 }
 
+/// Four columns' raw partials of the first `splits` splits summed in split order, into `sum`:
+/// f32 when kFloatSum, else int32 with wrap-around (exact, like the accumulators).
+template <bool kFloatSum, int kMax>
+__device__ __forceinline__ void sum_in_split_order(const uint4 (&part)[kMax], int splits,
+                                                   uint32_t (&sum)[4]) {
+  sum[0] = sum[1] = sum[2] = sum[3] = 0u;
+#pragma unroll
+  for (int sp = 0; sp < kMax; ++sp) {
+    if (sp >= splits) break;
+    const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (kFloatSum)
+        sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
+      else
+        sum[e] += v[e];
+    }
+  }
+}
+
 template <int BM, int kOutPitch, bool kFloatSum, class StoreRow>
 __device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, int m0, int n0,
                                                       int tile_id, int m, int n, void* workspace,
@@ -102,19 +122,8 @@ __device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, in
       for (int sp = 0; sp < kMaxSm90ClusterSplits; ++sp)
         if (sp < splits)
           part[sp] = ptx::ld_shared_cluster_v4(ptx::map_shared_cluster(at, uint32_t(sp)));
-      uint32_t sum[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-      for (int sp = 0; sp < kMaxSm90ClusterSplits; ++sp) {
-        if (sp >= splits) break;
-        const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (kFloatSum)
-            sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
-          else
-            sum[e] += v[e];  // int32 sums wrap like the accumulators: exact
-        }
-      }
+      uint32_t sum[4];
+      sum_in_split_order<kFloatSum>(part, splits, sum);
       store_row(m0 + r, sum);
     }
     ptx::cluster_sync();  // no CTA leaves (freeing its tile) while another still reads it
@@ -165,19 +174,8 @@ __device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, in
         part[sp].w = col + 3 < n ? __ldcg(src + 3) : 0u;
       }
     }
-    uint32_t sum[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int sp = 0; sp < kMaxSplits; ++sp) {
-      if (sp >= splits) break;
-      const uint32_t v[4] = {part[sp].x, part[sp].y, part[sp].z, part[sp].w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (kFloatSum)
-          sum[e] = __float_as_uint(__uint_as_float(sum[e]) + __uint_as_float(v[e]));
-        else
-          sum[e] += v[e];  // int32 sums wrap like the accumulators: exact
-      }
-    }
+    uint32_t sum[4];
+    sum_in_split_order<kFloatSum>(part, splits, sum);
     store_row(m0 + r, sum);
   }
   if (tid == 128) counters[tile_id] = 0;  // ready for the next launch
