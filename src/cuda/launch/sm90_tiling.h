@@ -14,6 +14,10 @@ struct Sm90TileChoice {
 
 /// The most splits of a cluster split tile (the portable cluster size).
 constexpr int kMaxSm90ClusterSplits = 8;
+/// K blocks (128 of K) each split of a cluster split tile keeps at least: with 3 splits of
+/// K = 4096 (10–11 blocks each) sm90_w4a8_gemm ran 9.6–9.8 µs on 4096×4096 at M = 64 against
+/// 13.2 unsplit (H100, 2026-11-24); shorter ranges were not measured.
+constexpr int kMinKBlocksPerSm90ClusterSplit = 8;
 
 /// Cluster split-K, for kernels that can reduce a tile's partials over distributed shared
 /// memory: clusters_at_once[s] (s = 2..kMaxSm90ClusterSplits) is how many clusters of s CTAs the

@@ -136,15 +136,7 @@ bool sm90_w4a8_handles(W4A8Epilogue epilogue, int group, bool a_e4m3) {
   return false;
 }
 
-namespace {
-
-// K blocks a split of a cluster split tile keeps at least.
-constexpr int kMinKBlocksPerClusterSplit = 8;
-
-// Clusters of `size` CTAs of the kernel that `device` runs at once, for size = 0..8 (0 and 1
-// unused). Every instance holds one CTA per SM (its ring fills ~200 KB of shared memory, the
-// smallest ~130 KB), so the answer is the GPU's: how many clusters of `size` SMs its GPCs hold.
-std::array<int, kMaxSm90ClusterSplits + 1> clusters_at_once(int device) {
+std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device) {
   static std::mutex mutex;
   static std::map<int, std::array<int, kMaxSm90ClusterSplits + 1>> cache;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -177,8 +169,6 @@ std::array<int, kMaxSm90ClusterSplits + 1> clusters_at_once(int device) {
   return counts;
 }
 
-}  // namespace
-
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
                              int device, int weight_bits, bool a_e4m3) {
   const int sm_count = cuda_device_info(device).sm_count;
@@ -186,11 +176,11 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // on the H100 at M = 64: 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096),
   // 4 of 14336 won (22.7 vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed
   // cost. Split tiles that are one cluster reduce over distributed shared memory instead (no
-  // round trip, no counter) and pay from kMinKBlocksPerClusterSplit blocks on. The f32 group
+  // round trip, no counter) and pay from kMinKBlocksPerSm90ClusterSplit blocks on. The f32 group
   // epilogues (int8 or fp8 activations) have no 256-token tile (their second accumulator set,
   // the f32 running sums, would not fit).
-  const std::array<int, kMaxSm90ClusterSplits + 1> clusters = clusters_at_once(device);
-  const Sm90ClusterSplitK cluster{clusters.data(), kMinKBlocksPerClusterSplit};
+  const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
+  const Sm90ClusterSplitK cluster{clusters.data(), kMinKBlocksPerSm90ClusterSplit};
   const Sm90TileChoice t =
       epilogue == W4A8Epilogue::group
           ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24, cluster)

@@ -2,10 +2,12 @@
 // wgmma + TMA W4A8 GEMM for Hopper, fed by the same W4A8Launch as sm80_w4a8_gemm.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/launch/sm90_tiling.h"
 #include "nibble/types.h"
 
 namespace nibble::cuda {
@@ -26,6 +28,12 @@ bool sm90_w4a8_available(int device);
 /// (f32 group scales or two-level); with fp8 activations (a_e4m3) per channel and G = 128
 /// group scales.
 bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group, bool a_e4m3 = false);
+/// How many thread-block clusters of s CTAs (element s, for s = 2..kMaxSm90ClusterSplits) of a
+/// wgmma GEMM kernel `device` runs at once. Every instance of sm90_w4a8_gemm and
+/// sm90_weight_only_gemm holds one CTA per SM (its ring fills ~130–200 KB of shared memory), so
+/// this is the GPU's answer for both: how many clusters of s SMs its GPCs hold. Cached.
+std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device);
+
 /// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
                              sm80::W4A8Epilogue epilogue, int device, int weight_bits = 4,

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -11,6 +12,7 @@
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/dynamic_smem.h"
+#include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/sm90_weight_only_gemm.h"
 #include "cuda/launch/sm90_tiling.h"
@@ -44,6 +46,11 @@ void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 g
   using Cfg = typename Instance<T, kBits, DQ, kRows, BM>::Cfg;
   constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  if (p.cluster_split) {  // the splits of a tile are one cluster: cluster dims (1, 1, splits)
+    launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
+                       grid.z, m.x, m.w, m.s, m.z, p);
+    return;
+  }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(m.x, m.w, m.s, m.z, p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
@@ -104,15 +111,20 @@ bool use_sm90_weight_only(int device, int64_t m) {
 }
 
 WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
-                                          int sm_count) {
-  // At least 8 K blocks (1024 of K) per split (a guess until measured).
-  const Sm90TileChoice t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 8);
+                                          int device) {
+  // Split tiles as clusters where they fit in one wave (as sm90_w4a8_gemm); otherwise through
+  // the workspace with at least 8 K blocks (1024 of K) per split (a guess until measured).
+  const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
+  const Sm90TileChoice t =
+      choose_sm90_tiles(m, n_pad, k_pad, cuda_device_info(device).sm_count, {128, 64}, 8,
+                        {clusters.data(), kMinKBlocksPerSm90ClusterSplit});
   WeightOnlyWgmmaPlan best;
   best.bm = t.bm;
   best.tiles_m = t.tiles_m;
   best.tiles_n = t.tiles_n;
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
+  best.cluster_split = t.cluster_split;
   best.stages = best.bm == 128
                     ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 128>::kStages
                     : Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 64>::kStages;
@@ -124,13 +136,13 @@ std::string describe(const WeightOnlyWgmmaPlan& plan) {
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                (plan.cluster_split ? " in a cluster" : " through a workspace") +
                                 " (tiles alone would leave SMs idle)"
                           : "");
 }
 
 void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
-  const DeviceInfo dev = cuda_device_info(l.device);
-  const WeightOnlyWgmmaPlan plan = plan_sm90_weight_only(l.m, l.n_pad, l.k_pad, dev.sm_count);
+  const WeightOnlyWgmmaPlan plan = plan_sm90_weight_only(l.m, l.n_pad, l.k_pad, l.device);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
   const char* name = "sm90_weight_only_gemm";
   Maps maps;
@@ -177,7 +189,8 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.kblocks = static_cast<int>(kblocks);
   p.group_shift = group_shift(l.group);
   p.kblocks_per_split = plan.kblocks_per_split;
-  if (plan.splits > 1) {
+  p.cluster_split = plan.cluster_split;
+  if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;

@@ -14,8 +14,10 @@ namespace nibble::cuda {
 /// BM tokens × 128 channels per CTA, one tile (or one K range of it, with split-K) per CTA.
 struct WeightOnlyWgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+  bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
 };
-WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count);
+/// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
+WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int device);
 std::string describe(const WeightOnlyWgmmaPlan& plan);
 
 /// Whether a weight-only call runs on sm90_weight_only_gemm: a Hopper GPU with sm_90a code, at

@@ -28,7 +28,9 @@
 //
 // Work split
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
-//   channel column), split-K along gridDim.z when the tiles alone leave SMs idle.
+//   channel column), split-K along gridDim.z when the tiles alone leave SMs idle: a tile's
+//   splits are one thread-block cluster where every tile's cluster fits in one wave (partials
+//   summed over distributed shared memory), otherwise they go through a workspace.
 //   Producer (one thread): per 128-wide K block, two TMA copies of the activation tile (BM rows ×
 //   64 elements each, 128-byte swizzle, zero-filled past M and K), one of the weight tile (16 n8
 //   blocks) and, for group-wise formats, one of the block's group scales (and one of its zeros).
@@ -75,8 +77,9 @@ struct WeightOnlyWgmmaParams {
   int m = 0, n = 0, kblocks = 0;
   int group_shift = 0;            // log2(G) for the group-wise dequantizations
   int kblocks_per_split = 0;      // K blocks per CTA along gridDim.z (split-K)
-  void* workspace = nullptr;      // splits·M·N f32 partials (split-K only)
+  void* workspace = nullptr;      // splits·M·N f32 partials (workspace split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
+  bool cluster_split = false;     // the splits of a tile are one cluster (1, 1, gridDim.z)
 };
 
 template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int STAGES_>
@@ -181,6 +184,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                              first_group);
         }
       }
+    }
+    // A cluster split tile's two cluster barriers (store_transposed_tile) are passed by every
+    // thread of the cluster, the producers included, before they leave.
+    if (p.cluster_split) {
+      ptx::cluster_sync();
+      ptx::cluster_sync();
     }
     return;
   }
@@ -298,7 +307,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   store_transposed_tile<BM, Cfg::kOutPitch, true>(smem, tid, m0, n0, tile.n * tiles_m + tile.m,
                                                   p.m, p.n, p.workspace, p.counters,
-                                                  /*cluster_split=*/false, store_row);
+                                                  p.cluster_split, store_row);
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
