@@ -76,6 +76,37 @@ inline int overlap_early_weight_stages(bool overlap) {
   return overlap ? stages : 0;
 }
 
+/// The launch attribute that cuts a grid into thread-block clusters of (1, 1, cluster_z).
+inline cudaLaunchAttribute cluster_z_attribute(unsigned cluster_z) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = 1;
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = cluster_z;
+  return a;
+}
+
+/// How many clusters of (1, 1, cluster_z) CTAs of `kernel` (block threads, smem_bytes of dynamic
+/// shared memory each) the current device runs at once; 0 when it cannot run them. Set the
+/// kernel's shared-memory (and non-portable cluster size) attributes first.
+template <class... Params>
+int max_active_clusters(void (*kernel)(Params...), dim3 block, size_t smem_bytes,
+                        unsigned cluster_z) {
+  cudaLaunchAttribute cluster = cluster_z_attribute(cluster_z);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, 1, cluster_z);
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: the GPU simply cannot run clusters of this size
+    n = 0;
+  }
+  return n;
+}
+
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous
 /// kernel in the stream has finished when `overlap` is true. The kernel must call
 /// ptx::griddep_wait before touching data that earlier kernels write (cuda/common/ptx.cuh).
@@ -89,12 +120,7 @@ void launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_z > 1) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = 1;
-    attributes[count].val.clusterDim.y = 1;
-    attributes[count++].val.clusterDim.z = cluster_z;
-  }
+  if (cluster_z > 1) attributes[count++] = cluster_z_attribute(cluster_z);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

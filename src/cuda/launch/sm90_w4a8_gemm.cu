@@ -146,25 +146,9 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   const detail::DeviceGuard guard(device);
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  for (int size = 2; size <= kMaxSm90ClusterSplits; ++size) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = static_cast<unsigned>(size);
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, 1, static_cast<unsigned>(size));
-    config.blockDim = dim3(Cfg::kThreads);
-    config.dynamicSmemBytes = Cfg::kSmemBytes;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: no clusters of this size here
-      n = 0;
-    }
-    counts[static_cast<size_t>(size)] = n;
-  }
+  for (int size = 2; size <= kMaxSm90ClusterSplits; ++size)
+    counts[static_cast<size_t>(size)] = max_active_clusters(
+        kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, static_cast<unsigned>(size));
   cache.emplace(device, counts);
   return counts;
 }

@@ -222,12 +222,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
       }
     }
-    // A cluster split tile's two cluster barriers (store_transposed_tile) are passed by every
-    // thread of the cluster, the producers included, before they leave.
-    if (p.cluster_split) {
-      ptx::cluster_sync();
-      ptx::cluster_sync();
-    }
+    producer_passes_tile_barriers(p.cluster_split);
     return;
   }
 

@@ -88,6 +88,15 @@ __device__ __forceinline__ void sum_in_split_order(const uint4 (&part)[kMax], in
   }
 }
 
+/// The producer warpgroup's side of store_transposed_tile's cluster barriers: with cluster
+/// split-K every thread of the cluster passes both, so the producers take them before they leave.
+__device__ __forceinline__ void producer_passes_tile_barriers(bool cluster_split) {
+  if (cluster_split) {
+    ptx::cluster_sync();  // store_transposed_tile: every CTA's raw tile is in shared memory
+    ptx::cluster_sync();  // store_transposed_tile: every CTA has read the tiles it sums
+  }
+}
+
 template <int BM, int kOutPitch, bool kFloatSum, class StoreRow>
 __device__ __forceinline__ void store_transposed_tile(uint8_t* smem, int tid, int m0, int n0,
                                                       int tile_id, int m, int n, void* workspace,

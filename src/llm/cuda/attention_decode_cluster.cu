@@ -347,26 +347,9 @@ int clusters_of_16_at_once() {
     using Cfg = ClusterConfig<HD, MAXG, 16, kDefaultWarps, kDefaultStages>;
     constexpr auto kernel =
         attention_decode_cluster_kernel<HD, MAXG, 16, kDefaultWarps, kDefaultStages>;
-    constexpr int smem = Cfg::kSmemBytes;
-    nibble::cuda::allow_dynamic_smem<kernel>(smem);
+    nibble::cuda::allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
     allow_cluster_of_16<kernel>();
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 16;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, 1, 16);
-    config.blockDim = dim3(Cfg::kThreads);
-    config.dynamicSmemBytes = smem;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky: the GPU simply cannot run clusters of 16
-      n = 0;
-    }
-    return n;
+    return nibble::cuda::max_active_clusters(kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, 16);
   }();
   return count;
 }
