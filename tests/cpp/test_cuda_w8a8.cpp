@@ -163,6 +163,43 @@ TEST(CudaW8A8, OddKAndStridedRowsRunTheFallbackWithTheSameResults) {
   EXPECT_LE(rel_error(got, ref), kRelTolF32Out);
 }
 
+// Unsplit sm90 plans of two or more waves of tiles run CTA pairs that share the activation tile
+// (each loads half its token rows by TMA multicast into both CTAs' shared memory).
+TEST(CudaW8A8, Sm90CtaPairsSharingTheActivationTileMatchTheReference) {
+  NIBBLE_REQUIRE_GPU();
+  if (w8a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w8a8_gemm (H100, sm_90a build)";
+  if (const char* v = std::getenv("NIBBLE_SM90_MULTICAST"); v != nullptr && std::string(v) == "0")
+    GTEST_SKIP() << "NIBBLE_SM90_MULTICAST=0";
+  test::Rng rng;  // fresh seed, printed on failure
+  const LinearFormat f = parse_linear_format("w8a8");
+  // (M, N, K): an odd number of channel tiles (the last pair's second CTA lies past N); a last
+  // token tile whose second half lies partly (M = 300, 64-token tiles) or wholly (M = 20) past M.
+  const int64_t shapes[][3] = {{300, 9000, 256}, {20, 34000, 128}, {1000, 9000, 1024}};
+  const ScopedEnv force("NIBBLE_W8A8_KERNEL", "sm90_w8a8_gemm");
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+    const std::string why = explain(f, m, n, k, Device::cuda());
+    ASSERT_NE(why.find("TMA multicast"), std::string::npos) << why;
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+    QuantizedActivation qa(f.act, m, k);
+    quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+    Tensor ref = Tensor::empty(DType::bf16, {m, n});
+    linear(qa.view(), qw.view(), nullptr, ref.view());
+    Tensor got = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    got.fill_bytes(0xFF);  // NaN: every element must be written
+    linear(qa.to(Device::cuda()).view(), qw.to(Device::cuda()).view(), nullptr, got.view());
+    synchronize(Device::cuda());
+    EXPECT_LE(rel_error(got, ref), kRelTolHalfOut);
+    // The raw sums, bit for bit.
+    const Tensor a = test::random_int(DType::s8, m, k, rng);
+    const Tensor w = test::random_int(DType::s8, n, k, rng);
+    Tensor ref32 = Tensor::empty(DType::s32, {m, n});
+    gemm_s32(a.view(), w.view(), ref32.view());
+    EXPECT_TRUE(same_bytes(gpu_s32(a, w.to(Device::cuda()), m, n), ref32));
+  }
+}
+
 TEST(CudaW8A8, SplitKIsDeterministic) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;  // fresh seed, printed on failure

@@ -181,6 +181,19 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
+/// cluster_sync in two halves, so that work can run between them: after cluster_arrive
+/// (release), cluster_wait (acquire) returns once every thread of the cluster has arrived.
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
 /// This CTA's rank in its cluster.
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t rank = 0;

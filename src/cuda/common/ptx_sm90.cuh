@@ -33,6 +33,18 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
+/// Arrives once on the barrier at `bar`'s offset in the shared memory of the cluster's CTA
+/// `rank` (this CTA's own included). Only launches with a cluster dimension may call it. The
+/// default semantics (release at CTA scope), as CUTLASS's ClusterBarrier uses them to hand a
+/// consumed stage back to another CTA's TMA producer: with `.release.cluster` the W4A8 GEMM's
+/// CTA pairs ran 1.3–2.9× slower than unpaired CTAs (H100, 2026-11-24), a fence on every
+/// stage's release.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(
+                   map_shared_cluster(smem_addr(bar), rank))
+               : "memory");
+}
+
 /// Spins until the phase with parity `phase` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t phase) {
   asm volatile(
@@ -54,6 +66,19 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const void* tensor_map, u
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
       "{%3, %4}], [%2];\n" ::"r"(smem_addr(dst)),
       "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+/// tma_load_2d into the shared memory of every CTA of the cluster whose bit is set in
+/// `cta_mask`: the box lands at `dst`'s offset in each, and each CTA's barrier at `bar`'s offset
+/// is credited with the box's bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const void* tensor_map,
+                                                      uint64_t* bar, int c0, int c1,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(dst)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
       : "memory");
 }
 

@@ -76,14 +76,19 @@ inline int overlap_early_weight_stages(bool overlap) {
   return overlap ? stages : 0;
 }
 
-/// The launch attribute that cuts a grid into thread-block clusters of (1, 1, cluster_z).
-inline cudaLaunchAttribute cluster_z_attribute(unsigned cluster_z) {
+/// The launch attribute that cuts a grid into thread-block clusters of `cluster` CTAs.
+inline cudaLaunchAttribute cluster_attribute(dim3 cluster) {
   cudaLaunchAttribute a{};
   a.id = cudaLaunchAttributeClusterDimension;
-  a.val.clusterDim.x = 1;
-  a.val.clusterDim.y = 1;
-  a.val.clusterDim.z = cluster_z;
+  a.val.clusterDim.x = cluster.x;
+  a.val.clusterDim.y = cluster.y;
+  a.val.clusterDim.z = cluster.z;
   return a;
+}
+
+/// The launch attribute that cuts a grid into thread-block clusters of (1, 1, cluster_z).
+inline cudaLaunchAttribute cluster_z_attribute(unsigned cluster_z) {
+  return cluster_attribute(dim3(1, 1, cluster_z));
 }
 
 /// How many clusters of (1, 1, cluster_z) CTAs of `kernel` (block threads, smem_bytes of dynamic
@@ -110,17 +115,18 @@ int max_active_clusters(void (*kernel)(Params...), dim3 block, size_t smem_bytes
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...), allowed to start before the previous
 /// kernel in the stream has finished when `overlap` is true. The kernel must call
 /// ptx::griddep_wait before touching data that earlier kernels write (cuda/common/ptx.cuh).
-/// cluster_z > 1: the grid is cut into thread-block clusters of (1, 1, cluster_z) (sm_90+).
+/// `cluster` other than (1, 1, 1): the grid is cut into thread-block clusters of that shape
+/// (sm_90+); a number cluster_z stands for (1, 1, cluster_z).
 template <class... Params, class... Args>
 void launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                        cudaStream_t stream, bool overlap, unsigned cluster_z, Args&&... args) {
+                        cudaStream_t stream, bool overlap, dim3 cluster, Args&&... args) {
   cudaLaunchAttribute attributes[2]{};
   unsigned count = 0;
   if (overlap) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster_z > 1) attributes[count++] = cluster_z_attribute(cluster_z);
+  if (cluster.x * cluster.y * cluster.z > 1) attributes[count++] = cluster_attribute(cluster);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -129,6 +135,12 @@ void launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
   config.attrs = attributes;
   config.numAttrs = count;
   NIBBLE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+template <class... Params, class... Args>
+void launch_overlapping(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                        cudaStream_t stream, bool overlap, unsigned cluster_z, Args&&... args) {
+  launch_overlapping(kernel, grid, block, smem_bytes, stream, overlap, dim3(1, 1, cluster_z),
+                     std::forward<Args>(args)...);
 }
 
 }  // namespace nibble::cuda

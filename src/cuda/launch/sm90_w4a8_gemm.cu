@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -44,9 +45,11 @@ void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorM
   using Cfg = typename Instance<BM, E, W, F8>::Cfg;
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  if (p.cluster_split) {  // the splits of a tile are one cluster: cluster dims (1, 1, splits)
+  if (p.cluster_split || p.multicast_a) {
+    // Split tiles: clusters of (1, 1, splits). Multicast: CTA pairs (2, 1, 1).
+    const dim3 cluster = p.multicast_a ? dim3(2, 1, 1) : dim3(1, 1, grid.z);
     launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
-                       grid.z, a, w, g, p);
+                       cluster, a, w, g, p);
     return;
   }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
@@ -153,6 +156,14 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
   return counts;
 }
 
+bool sm90_multicast_allowed() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("NIBBLE_SM90_MULTICAST");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return !disabled;
+}
+
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
                              int device, int weight_bits, bool a_e4m3) {
   const int sm_count = cuda_device_info(device).sm_count;
@@ -178,6 +189,14 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
   best.cluster_split = t.cluster_split;
+  // CTA pairs sharing the activation tile: 8-bit weights on grids of two waves or more, where
+  // they measured 1.00–1.08× unpaired (seven of eight such bench cells; 28672×4096 at M = 4096
+  // 0.99×). Elsewhere pairs measured 0.87–1.04× (the int4 weight tile is half as large, so
+  // activations are a smaller share of the L2 traffic, and a pair's CTAs wait for each other's
+  // consumers before a stage is refilled). H100, 2026-11-24, docs/kernels.md.
+  best.multicast_a = weight_bits == 8 && t.splits == 1 && t.tiles_n >= 2 &&
+                     int64_t{t.tiles_m} * t.tiles_n >= 2 * int64_t{sm_count} && clusters[2] > 0 &&
+                     sm90_multicast_allowed();
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3)
                                  : stages_of<64>(epilogue, weight_bits, a_e4m3);
@@ -198,7 +217,8 @@ std::string describe(const W4A8WgmmaPlan& plan) {
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
                                 (plan.cluster_split ? " in a cluster" : " through a workspace") +
                                 " (tiles alone would leave SMs idle)"
-                          : "");
+          : plan.multicast_a ? ", CTA pairs share the activation tile (TMA multicast)"
+                             : "");
 }
 
 void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
@@ -213,8 +233,8 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   // wgmma descriptor expects; rows ≥ M and columns ≥ K read as zeros.
   const CUtensorMap map_a = make_tensor_map<2>(
       name, CU_TENSOR_MAP_DATA_TYPE_UINT8, l.a, {cuuint64_t(l.k), cuuint64_t(l.m)},
-      {cuuint64_t(l.lda)}, {128u, cuuint32_t(plan.bm)}, CU_TENSOR_MAP_SWIZZLE_128B,
-      "the activations");
+      {cuuint64_t(l.lda)}, {128u, cuuint32_t(plan.multicast_a ? plan.bm / 2 : plan.bm)},
+      CU_TENSOR_MAP_SWIZZLE_128B, "the activations");
   // Weights, int4: 8×128 blocks of 512 bytes = 128 words; block (nb, kb) at
   // (nb·kblocks + kb)·512. int8: the (N, K) matrix, boxes of 128 bytes × 128 rows swizzled
   // like the activations; rows ≥ N and columns ≥ K read as zeros.
@@ -254,13 +274,15 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks_per_split = plan.kblocks_per_split;
   p.w_scale_dtype = l.w_scale_dtype;
   p.cluster_split = plan.cluster_split;
+  p.multicast_a = plan.multicast_a;
   if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;
     p.counters = ws.counters;
   }
-  const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
+  const dim3 grid = plan.multicast_a ? dim3(2 * plan.tiles_m, (plan.tiles_n + 1) / 2, 1)
+                                     : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.a_e4m3) {
     if (l.epilogue == W4A8Epilogue::group)
       return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);

@@ -57,6 +57,12 @@
 //   and release the stage (`empty` barrier, one arrival per consumer warp).
 //   setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds
 //   BM/2 int32 accumulators (+ BM/2 f32 for the group format).
+//   CTA pairs (p.multicast_a; the launcher uses them for 8-bit weights on grids of two waves or
+//   more): two CTAs of a (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
+//   each producer loads half the activation tile's rows with one TMA multicast into both CTAs'
+//   stage, so L2 serves each activation tile once per pair. A stage is then refilled only when
+//   the consumers of both CTAs have released it (16 arrivals on `empty`, half of them remote),
+//   and neither CTA leaves before the other has finished its main loop (a cluster barrier).
 //
 //   ┌──────── CTA tile: 128 channels × BM tokens (computed as Dᵀ) ────────┐
 //   │ consumer WG 1: channels  0..63   → wgmma m64 × nBM, A = its weights │
@@ -67,7 +73,8 @@
 // their scales in per K block) transposed into shared memory (token rows, padded by 16 bytes so
 // the fragment writes hit 32 distinct banks); each warp then takes whole token rows with 16-byte
 // loads, reduces split-K partials if any, and applies s_a, s_w and the bias on the way out:
-// s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
+// s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it. The tile's s_a are loaded before the
+// main loop (one per consumer thread) and shared through shared memory.
 //
 // Limitations
 //   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_w4a8_gemm.
@@ -121,6 +128,10 @@ struct W4A8WgmmaParams {
   void* workspace = nullptr;      // splits·M·N 4-byte partials (workspace split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
   bool cluster_split = false;     // the splits of a tile are one cluster (1, 1, gridDim.z)
+  // CTA pairs share the activation tile: clusters of (2, 1, 1) over a grid of (2 · tiles_m,
+  // ceil(tiles_n / 2)) (pair_band_raster); each CTA loads half the tile's token rows and
+  // multicasts them to both, so every stage is released by both CTAs' consumers.
+  bool multicast_a = false;
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
 };
 
@@ -184,9 +195,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + STAGES;
 
-  const int tiles_m = gridDim.x, tiles_n = gridDim.y;
-  const TileCoord tile = band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
+  const bool multicast = p.multicast_a;
+  const int tiles_m = multicast ? gridDim.x / 2 : gridDim.x;
+  const int tiles_n = multicast ? 2 * gridDim.y : gridDim.y;
+  const TileCoord tile =
+      multicast ? pair_band_raster(blockIdx.x, blockIdx.y, tiles_m, gridDim.y)
+                : band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
   const int tile_m = tile.m, tile_n = tile.n;
+  const uint32_t pair_rank = multicast ? ptx::cluster_ctarank() : 0u;  // = blockIdx.x % 2
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int kb_begin = blockIdx.z * p.kblocks_per_split;
   const int num_kb = min(p.kblocks - kb_begin, p.kblocks_per_split);
@@ -195,14 +211,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+      // One arrival per consumer warp of every CTA that writes into the stage.
+      ptx::mbarrier_init(&empty[s], multicast ? 16 : 8);
     }
     ptx::fence_barrier_init();
     ptx::prefetch_tensor_map(&tmap_a);
     ptx::prefetch_tensor_map(&tmap_w);
     if constexpr (Cfg::kGBytes > 0) ptx::prefetch_tensor_map(&tmap_g);
   }
-  __syncthreads();
+  // With multicast the other CTA's copies credit this CTA's barriers: both must be initialised
+  // before either producer starts.
+  if (multicast)
+    ptx::cluster_sync();
+  else
+    __syncthreads();
 
   if (wg == 0) {
     // ---- producer ------------------------------------------------------------------------------
@@ -213,7 +235,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
         uint8_t* stage = smem + s * Cfg::kStageBytes;
         ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
-        ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
+        if (multicast) {  // this CTA's half of the token rows, into both CTAs' stage
+          constexpr int kHalf = BM / 2;  // 1024-byte multiples: the swizzle pattern holds
+          ptx::tma_load_2d_multicast(stage + pair_rank * kHalf * Cfg::kBK, &tmap_a, &full[s],
+                                     kb * Cfg::kBK, m0 + int(pair_rank) * kHalf, 0x3);
+        } else {
+          ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
+        }
         if constexpr (Cfg::kW8)
           ptx::tma_load_2d(stage + Cfg::kABytes, &tmap_w, &full[s], kb * Cfg::kBK, n0);
         else
@@ -223,6 +251,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
     producer_passes_tile_barriers(p.cluster_split);
+    if (multicast) ptx::cluster_sync();  // the consumers' last barrier, below
     return;
   }
 
@@ -232,6 +261,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
+  // The per-token scale of token row tid - 128 of the tile, loaded now so that its latency hides
+  // behind the main loop; the epilogue shares the BM of them through shared memory.
+  const int scale_row = tid - 128;
+  float row_a_scale = 0.0f;
+  if constexpr (EPI != W4A8Epilogue::s32)
+    if (scale_row < BM && m0 + scale_row < p.m)
+      row_a_scale = p.a_scales[int64_t(m0 + scale_row) * p.a_scale_step];
 
   using Acc = std::conditional_t<Cfg::kFp8, float, int32_t>;
   Acc acc[kAcc];
@@ -316,7 +352,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   auto release = [&](int s) {
     __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    if (!multicast) {
+      if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    } else if (lane < 2) {  // both CTAs' producers write into this stage
+      ptx::mbarrier_arrive_cluster(&empty[s], uint32_t(lane));
+    }
   };
 
   uint32_t frag[2][4][4];
@@ -346,8 +386,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+  // Multicast: the other CTA may still arrive on this CTA's `empty` barriers, so neither leaves
+  // before both have passed their main loops (the wait is at the end, after the epilogue).
+  if (multicast) ptx::cluster_arrive();
 
   // ---- epilogue ----------------------------------------------------------------------------------
+  // The tile's per-token scales go to shared memory (loaded before the main loop, one per
+  // consumer thread). Read in store_row instead, each row's scale was a global load that could
+  // not move above the previous row's store (d and a_scales may alias), so every row a warp
+  // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
+  // (H100, 2026-11-24).
+  __shared__ float tile_a_scales[BM];
+  if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
   // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
   // can be reused for the output tile once both consumer warpgroups are done reading it. The
   // tile goes to shared memory raw (int32 bits, or the group format's f32 sums), transposed to
@@ -397,7 +447,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       return;
     } else {
-      const float s_a = p.a_scales[row * p.a_scale_step];
+      const float s_a = tile_a_scales[row - m0];  // visible: write_transposed_tile's barrier
       float v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -415,6 +465,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
       smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
       p.cluster_split, store_row);
+  if (multicast) ptx::cluster_wait();
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
