@@ -172,15 +172,6 @@ __device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
 // ---- thread-block clusters (sm_90+) ----------------------------------------------------------
 // Only launches with a cluster dimension (cuda/launch/pdl_launch.h) may call these.
 
-/// Every thread of every CTA of the cluster: arrive (release) and wait (acquire), so shared
-/// memory written before it by any CTA of the cluster is visible to all after it.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-
 /// cluster_sync in two halves, so that work can run between them: after cluster_arrive
 /// (release), cluster_wait (acquire) returns once every thread of the cluster has arrived.
 __device__ __forceinline__ void cluster_arrive() {
@@ -192,6 +183,13 @@ __device__ __forceinline__ void cluster_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
+}
+
+/// Every thread of every CTA of the cluster: arrive (release) and wait (acquire), so shared
+/// memory written before it by any CTA of the cluster is visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
 }
 
 /// This CTA's rank in its cluster.

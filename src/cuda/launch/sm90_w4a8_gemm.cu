@@ -156,6 +156,8 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
   return counts;
 }
 
+namespace {
+// False when NIBBLE_SM90_MULTICAST=0 is set (for A/B measurements): no CTA pairs.
 bool sm90_multicast_allowed() {
   static const bool disabled = [] {
     const char* v = std::getenv("NIBBLE_SM90_MULTICAST");
@@ -163,6 +165,7 @@ bool sm90_multicast_allowed() {
   }();
   return !disabled;
 }
+}  // namespace
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
                              int device, int weight_bits, bool a_e4m3) {

@@ -18,8 +18,9 @@ namespace nibble::cuda {
 struct W4A8WgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
-  /// Unsplit plans with two or more channel tiles: CTA pairs (clusters of 2) share the
-  /// activation tile, each loading half of it by TMA multicast, which halves its L2 traffic.
+  /// CTA pairs (clusters of 2) share the activation tile, each loading half of it by TMA
+  /// multicast, which halves its L2 traffic: unsplit 8-bit-weight plans of two or more waves
+  /// with two or more channel tiles (plan_sm90_w4a8 says why).
   bool multicast_a = false;
   int weight_bits = 4;
   bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)
@@ -36,9 +37,6 @@ bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group, bool a_e4m3 = fal
 /// sm90_weight_only_gemm holds one CTA per SM (its ring fills ~130–200 KB of shared memory), so
 /// this is the GPU's answer for both: how many clusters of s SMs its GPCs hold. Cached.
 std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device);
-
-/// False when NIBBLE_SM90_MULTICAST=0 is set (for A/B measurements): no CTA pairs.
-bool sm90_multicast_allowed();
 
 /// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
