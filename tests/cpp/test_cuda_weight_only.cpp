@@ -1,7 +1,9 @@
 // GPU tests of the weight-only tensor-core kernels (sm80_weight_only_gemm, and
 // sm90_weight_only_gemm on Hopper: W4A16, W8A16) with packed weights, against the CPU reference
 // on the same quantized weights and the same 16-bit activations. Every shape runs through each
-// kernel in turn (NIBBLE_WEIGHT_ONLY_KERNEL), not only the one dispatch picks for that M.
+// kernel in turn (NIBBLE_WEIGHT_ONLY_KERNEL), not only the one dispatch picks for that M, and
+// through sm90_weight_only_gemm's 256-token tile too (NIBBLE_SM90_WEIGHT_ONLY_BM), which dispatch
+// picks only for large M × N.
 #include <gtest/gtest.h>
 
 #if NIBBLE_WITH_CUDA
@@ -15,6 +17,9 @@
 
 #include "cuda_test_util.h"
 #include "nibble/nibble.h"
+#if NIBBLE_WITH_CUDA
+#include "cuda/launch/sm90_tiling.h"
+#endif
 
 namespace nibble {
 namespace {
@@ -34,14 +39,31 @@ double tolerance(const LinearFormat& f, DType x, DType out) {
   return out_rounding + weight_rounding;
 }
 
+// Kernel choices to force: a kernel name, optionally "/bm<tokens>" for sm90's token tile.
 std::vector<std::string> weight_only_kernels() {
   std::vector<std::string> k = {"sm80_weight_only_gemm"};
   const DeviceInfo info = cuda_device_info(0);
   if (info.cc_major == 9 && info.cc_minor == 0 &&
-      build_info().cuda_archs.find("90a") != std::string::npos)
+      build_info().cuda_archs.find("90a") != std::string::npos) {
     k.push_back("sm90_weight_only_gemm");
+    k.push_back("sm90_weight_only_gemm/bm256");
+  }
   return k;
 }
+
+std::string kernel_name(const std::string& choice) { return choice.substr(0, choice.find('/')); }
+
+// Forces one of weight_only_kernels() for the scope (the automatic tile where none is named).
+class ForceKernel {
+ public:
+  explicit ForceKernel(const std::string& choice)
+      : kernel_("NIBBLE_WEIGHT_ONLY_KERNEL", kernel_name(choice)),
+        bm_("NIBBLE_SM90_WEIGHT_ONLY_BM",
+            choice.find("/bm") == std::string::npos ? "" : choice.substr(choice.find("/bm") + 3)) {}
+
+ private:
+  ScopedEnv kernel_, bm_;
+};
 
 struct Case {
   const char* format;
@@ -80,7 +102,7 @@ TEST_P(CudaWeightOnlyLinear, MatchesReferenceOnOddShapes) {
       const Tensor xd = x.to(Device::cuda());
       for (const std::string& kernel : weight_only_kernels()) {
         SCOPED_TRACE(kernel);
-        const ScopedEnv force("NIBBLE_WEIGHT_ONLY_KERNEL", kernel);
+        const ForceKernel force(kernel);
         Tensor got = Tensor::empty(c.out, {m, n}, Device::cuda());
         got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
         linear(xd.view(), wd.view(), &bias_dv, got.view());
@@ -134,7 +156,7 @@ TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
       const Tensor xd = x.to(Device::cuda());
       for (const std::string& kernel : weight_only_kernels()) {
         SCOPED_TRACE(kernel);
-        const ScopedEnv force("NIBBLE_WEIGHT_ONLY_KERNEL", kernel);
+        const ForceKernel force(kernel);
         Tensor got = Tensor::empty(DType::f32, {m, n}, Device::cuda());
         got.fill_bytes(0xFF);
         linear(xd.view(), wd.view(), nullptr, got.view());
@@ -144,6 +166,52 @@ TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
     }
   }
 }
+
+#if NIBBLE_WITH_CUDA
+// The planner of sm90_weight_only_gemm on an H100-like GPU (132 SMs; clusters of s CTAs at once
+// as given): host logic, no GPU needed. The expected picks are the fastest measured cells of
+// bench/results/h100_weight_only_tiles.json where the model reproduces them.
+TEST(Sm90Tiling, CostModelWeighsWavesAgainstTileSize) {
+  const int clusters[cuda::kMaxSm90ClusterSplits + 1] = {0, 0, 66, 38, 28, 24, 18, 16, 14};
+  const cuda::Sm90TileCosts costs{0.5, 0.7, 1.3, 4.0, 2.0};
+  const cuda::Sm90ClusterSplitK cluster{clusters, 8};
+  auto pick = [&](int64_t m, int64_t n, int64_t k) {
+    return cuda::choose_sm90_tiles_by_cost(m, n, k, 132, costs, 8, cluster);
+  };
+  // Many waves: the largest tile, unsplit.
+  auto t = pick(4096, 4096, 4096);
+  EXPECT_EQ(t.bm, 256);
+  EXPECT_EQ(t.splits, 1);
+  EXPECT_EQ(t.tiles_m * t.tiles_n, 16 * 32);
+  // 32 channel tiles at M = 256: 128-token tiles in pairs fill 128 SMs.
+  t = pick(256, 4096, 14336);
+  EXPECT_EQ(t.bm, 128);
+  EXPECT_EQ(t.splits, 2);
+  EXPECT_TRUE(t.cluster_split);
+  EXPECT_EQ(t.kblocks_per_split, 56);
+  // 224 channel tiles: 256-token tiles in 2 waves beat 128-token tiles in 4.
+  t = pick(256, 28672, 4096);
+  EXPECT_EQ(t.bm, 256);
+  EXPECT_EQ(t.splits, 1);
+  // Few tiles: split as far as clusters fit in one wave and K blocks allow (32 / 8 = 4 > 3
+  // fitting: 32 tiles of 3 CTAs in 38 clusters).
+  t = pick(64, 4096, 4096);
+  EXPECT_EQ(t.bm, 64);
+  EXPECT_EQ(t.splits, 3);
+  EXPECT_EQ(t.kblocks_per_split, 11);
+  // Every split holds K blocks, and the splits cover K.
+  for (int64_t k : {1024, 2048 + 128, 4096, 14336}) {
+    t = pick(40, 512, k);
+    EXPECT_GE(t.kblocks_per_split * t.splits, k / 128);
+    EXPECT_LT(t.kblocks_per_split * (t.splits - 1), k / 128);
+  }
+  // No clusters at all: the workspace split of choose_sm90_tiles.
+  const int none[cuda::kMaxSm90ClusterSplits + 1] = {};
+  t = cuda::choose_sm90_tiles_by_cost(40, 512, 8192, 132, costs, 8, {none, 8});
+  EXPECT_FALSE(t.cluster_split);
+  EXPECT_GT(t.splits, 1);
+}
+#endif
 
 TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
   NIBBLE_REQUIRE_GPU();
@@ -156,14 +224,14 @@ TEST(CudaWeightOnly, SplitKIsDeterministicAndExplained) {
     const Tensor xd = test::random_activations(DType::bf16, m, k, rng).to(Device::cuda());
     for (const std::string& kernel : weight_only_kernels()) {
       SCOPED_TRACE(kernel + " M=" + std::to_string(m));
-      const ScopedEnv force("NIBBLE_WEIGHT_ONLY_KERNEL", kernel);
+      const ForceKernel force(kernel);
       Tensor d1 = Tensor::empty(DType::bf16, {m, n}, Device::cuda()), d2 = d1.to(Device::cuda());
       linear(xd.view(), wd.view(), nullptr, d1.view());
       for (int i = 0; i < 5; ++i) linear(xd.view(), wd.view(), nullptr, d2.view());
       synchronize(Device::cuda());
       EXPECT_TRUE(same_bytes(d1, d2));
       const std::string why = explain(f, m, n, k, Device::cuda());
-      EXPECT_NE(why.find(kernel), std::string::npos) << why;
+      EXPECT_NE(why.find(kernel_name(kernel)), std::string::npos) << why;
       EXPECT_NE(why.find("split-K"), std::string::npos) << why;
     }
   }

@@ -1,6 +1,7 @@
 #include "cuda/launch/sm90_tiling.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace nibble::cuda {
 
@@ -34,6 +35,49 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
     splits = std::clamp(std::min(sm_count / tiles, kblocks / min_kblocks_per_split), 1, 16);
   best.kblocks_per_split = (kblocks + splits - 1) / splits;
   best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
+  return best;
+}
+
+Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
+                                         const Sm90TileCosts& costs, int min_kblocks_per_split,
+                                         Sm90ClusterSplitK cluster) {
+  const int64_t tiles_n = (n_pad + 127) / 128;
+  const int kblocks = static_cast<int>(k_pad / 128);
+  Sm90TileChoice best;
+  double best_cost = 0;
+  bool any_cluster = false;
+  for (const auto& [bm, per_kblock] : {std::pair{256, costs.kblock_256},
+                                      std::pair{128, costs.kblock_128},
+                                      std::pair{64, costs.kblock_64}}) {
+    if (per_kblock <= 0) continue;
+    const int64_t tiles_m = (m + bm - 1) / bm;
+    const int64_t tiles = tiles_m * tiles_n;
+    for (int s = 1; s <= kMaxSm90ClusterSplits; ++s) {
+      if (s > 1 && (cluster.clusters_at_once == nullptr ||
+                    kblocks / s < cluster.min_kblocks_per_split))
+        break;
+      const int per_split = (kblocks + s - 1) / s;
+      const int splits = (kblocks + per_split - 1) / per_split;
+      if (splits != s) continue;  // the same split as a smaller s
+      const int64_t slots = s == 1 ? sm_count : cluster.clusters_at_once[s];
+      if (slots <= 0) continue;
+      any_cluster = any_cluster || s > 1;
+      const int64_t waves = (tiles + slots - 1) / slots;
+      const double cost = static_cast<double>(waves) *
+                          (per_split * per_kblock + costs.fixed + (s > 1 ? costs.cluster_reduce : 0));
+      if (best.bm == 0 || cost < best_cost) {
+        best_cost = cost;
+        best.bm = bm;
+        best.tiles_m = static_cast<int>(tiles_m);
+        best.tiles_n = static_cast<int>(tiles_n);
+        best.splits = splits;
+        best.kblocks_per_split = per_split;
+        best.cluster_split = splits > 1;
+      }
+    }
+  }
+  if (!any_cluster && best.bm != 0)  // no cluster runs here: the workspace split, as before
+    return choose_sm90_tiles(m, n_pad, k_pad, sm_count, {best.bm}, min_kblocks_per_split, {});
   return best;
 }
 

@@ -39,4 +39,21 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
                                  std::initializer_list<int> bms, int min_kblocks_per_split,
                                  Sm90ClusterSplitK cluster = {});
 
+/// The time of one CTA of a kernel, in any unit: kblock_cost[bm] per 128-wide K block of a bm
+/// token tile (bm = 64, 128, 256; 0 where the kernel has no such tile), plus `fixed` per CTA
+/// (launch, pipeline fill, epilogue) and `cluster_reduce` per split tile's reduction.
+struct Sm90TileCosts {
+  double kblock_64 = 0, kblock_128 = 0, kblock_256 = 0, fixed = 0, cluster_reduce = 0;
+};
+
+/// The token tile and cluster split count (1..kMaxSm90ClusterSplits, each split at least
+/// cluster.min_kblocks_per_split K blocks) with the least estimated time: waves × the time of a
+/// CTA, where a wave is sm_count CTAs unsplit and clusters_at_once[s] clusters of s splits, so
+/// a last wave filled by a few CTAs costs a whole one (wave quantization). Without a cluster
+/// split that fits at all (clusters_at_once all 0), the unsplit tiles fall back to
+/// choose_sm90_tiles' workspace split.
+Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
+                                         const Sm90TileCosts& costs, int min_kblocks_per_split,
+                                         Sm90ClusterSplitK cluster);
+
 }  // namespace nibble::cuda

@@ -27,12 +27,15 @@ using sm80::WeightOnlyDequant;
 
 namespace {
 
-// Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 6).
+// Instances: BM tokens per tile; as many stages as fit in the 227 KB of shared memory a Hopper
+// block may opt into, at most 6: 4-6 at BM <= 128, 3 at BM = 256 (2 for 4-bit g32 with zeros).
+constexpr int kMaxDynamicSmemBytes = 232448;
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
 struct Instance {
   static constexpr int kStageBytes =
       sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, 1>::kStageBytes;
-  static constexpr int kStages = std::min(6, 204800 / kStageBytes);
+  // Per stage: the stage and its two barriers; 1024 bytes of alignment slack.
+  static constexpr int kStages = std::min(6, (kMaxDynamicSmemBytes - 1024) / (kStageBytes + 16));
   using Cfg = sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, kStages>;
 };
 
@@ -44,6 +47,7 @@ template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
 void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
                      Stream stream) {
   using Cfg = typename Instance<T, kBits, DQ, kRows, BM>::Cfg;
+  static_assert(Cfg::kSmemBytes <= kMaxDynamicSmemBytes, "the ring and the output tile fit");
   constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   if (p.cluster_split) {  // the splits of a tile are one cluster: cluster dims (1, 1, splits)
@@ -59,7 +63,8 @@ template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 void launch_bm(int bm, const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
                Stream stream) {
   if (bm == 64) return launch_instance<T, kBits, DQ, kRows, 64>(m, p, grid, stream);
-  launch_instance<T, kBits, DQ, kRows, 128>(m, p, grid, stream);
+  if (bm == 128) return launch_instance<T, kBits, DQ, kRows, 128>(m, p, grid, stream);
+  launch_instance<T, kBits, DQ, kRows, 256>(m, p, grid, stream);
 }
 
 // Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
@@ -112,12 +117,37 @@ bool use_sm90_weight_only(int device, int64_t m) {
 
 WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
                                           int device) {
-  // Split tiles as clusters where they fit in one wave (as sm90_w4a8_gemm); otherwise through
-  // the workspace with at least 8 K blocks (1024 of K) per split (a guess until measured).
+  // The tile and the cluster split by estimated time (sm90_tiling.h). The costs (µs on the H100
+  // at M = 256, 2026-11-25, bench/results/h100_weight_only_tiles.json) were fitted to the 54
+  // (BM, splits) × shape cells timed there; the fit picks the fastest or within 5% of it on
+  // each of the six shapes. Per K block a 64-token tile costs 0.5, 128 tokens 0.7, 256 tokens
+  // 1.3 (the dequantization is the same per block; the MMA grows with the tile); each CTA 4
+  // more (launch, fill, epilogue) and a cluster reduction 2.
+  Sm90TileCosts costs{0.5, 0.7, 1.3, 4.0, 2.0};
+  // Measurement knobs: NIBBLE_SM90_WEIGHT_ONLY_BM=64|128|256 forces the token tile,
+  // NIBBLE_SM90_WEIGHT_ONLY_SPLITS=1..8 the number of cluster splits of every tile.
+  auto knob = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v == nullptr ? 0 : std::atoi(v);
+  };
+  const int forced_bm = knob("NIBBLE_SM90_WEIGHT_ONLY_BM");
+  if (forced_bm == 64 || forced_bm == 128 || forced_bm == 256) {
+    if (forced_bm != 64) costs.kblock_64 = 0;
+    if (forced_bm != 128) costs.kblock_128 = 0;
+    if (forced_bm != 256) costs.kblock_256 = 0;
+  }
+  const int forced_splits = std::clamp(knob("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
+                                       kMaxSm90ClusterSplits);
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
-  const Sm90TileChoice t =
-      choose_sm90_tiles(m, n_pad, k_pad, cuda_device_info(device).sm_count, {128, 64}, 8,
-                        {clusters.data(), kMinKBlocksPerSm90ClusterSplit});
+  Sm90TileChoice t = choose_sm90_tiles_by_cost(
+      m, n_pad, k_pad, cuda_device_info(device).sm_count, costs, 8,
+      {clusters.data(), kMinKBlocksPerSm90ClusterSplit});
+  if (forced_splits > 0) {
+    const int kblocks = static_cast<int>(k_pad / 128);
+    t.kblocks_per_split = (kblocks + forced_splits - 1) / forced_splits;
+    t.splits = (kblocks + t.kblocks_per_split - 1) / t.kblocks_per_split;
+    t.cluster_split = t.splits > 1;
+  }
   WeightOnlyWgmmaPlan best;
   best.bm = t.bm;
   best.tiles_m = t.tiles_m;
@@ -125,7 +155,11 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
   best.cluster_split = t.cluster_split;
-  best.stages = best.bm == 128
+  best.slots = t.splits > 1 && t.cluster_split ? clusters[static_cast<size_t>(t.splits)]
+                                               : cuda_device_info(device).sm_count;
+  best.stages = best.bm == 256
+                    ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 256>::kStages
+                : best.bm == 128
                     ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 128>::kStages
                     : Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 64>::kStages;
   return best;
@@ -136,9 +170,10 @@ std::string describe(const WeightOnlyWgmmaPlan& plan) {
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
-                                (plan.cluster_split ? " in a cluster" : " through a workspace") +
-                                " (tiles alone would leave SMs idle)"
-                          : "");
+                                (plan.cluster_split ? " in a cluster" : " through a workspace")
+                          : "") +
+         ", " + std::to_string(plan.slots) + (plan.cluster_split ? " clusters" : " CTAs") +
+         " at once (tile and split chosen by estimated waves x CTA time)";
 }
 
 void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {

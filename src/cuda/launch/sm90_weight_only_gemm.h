@@ -15,6 +15,7 @@ namespace nibble::cuda {
 struct WeightOnlyWgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
+  int slots = 0;               ///< CTAs (or split clusters) the GPU runs at once: one wave
 };
 /// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
 WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int device);

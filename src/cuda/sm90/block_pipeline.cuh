@@ -3,7 +3,8 @@
 // fragments are converted and its wgmma issued.
 //
 //   issue_block(it, frag)  waits for block it's stage, converts into `frag`, issues and commits
-//                          the block's wgmma; returns the stage
+//                          the block's wgmma; returns the stage, or -1 when the caller's unit
+//                          is part of a block whose stage a later unit releases
 //   keep_until_here(frag)  a register fence: wgmma reads its register operands asynchronously,
 //                          so a block's fragments must stay untouched until its group has
 //                          completed, which this fence after the wait records

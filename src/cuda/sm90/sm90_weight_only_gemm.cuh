@@ -104,6 +104,12 @@ struct WeightOnlyWgmmaConfig {
   static constexpr int STAGES = STAGES_;
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // f32 accumulators per consumer thread
+  // The consumers' unit of work: a whole K block (eight k16 steps) or, at BM = 256, half of
+  // one. Two units' fragments are held at once (one in flight, one being converted), and a
+  // 256-token consumer's 128 accumulators leave room for two half blocks (2 × 16 registers),
+  // not two whole ones, within the 168 registers of a 384-thread CTA.
+  static constexpr int kUnitsPerBlock = BM == 256 ? 2 : 1;
+  static constexpr int kUnitSteps = 8 / kUnitsPerBlock;
   static constexpr int kXHalfBytes = BM * 128;  // 64 elements of K per row: one swizzle atom
   static constexpr int kXBytes = 2 * kXHalfBytes;
   static constexpr int kWBytes = (BN / 8) * kBlockBytes;
@@ -123,7 +129,7 @@ struct WeightOnlyWgmmaConfig {
   static_assert(kBits == 4 || !kHasZeros, "zero points exist for 4-bit weights only");
   static_assert(kGrouped == (kGroupRows > 0) && 8 % (kGroupRows > 0 ? kGroupRows : 1) == 0,
                 "group-wise formats need 1, 2 or 4 groups per K block; per channel none");
-  static_assert(BM == 64 || BM == 128, "wgmma n is 64 or 128 here");
+  static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
 };
 
 template <class Cfg>
@@ -202,19 +208,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   [[maybe_unused]] const uint32_t center2 =
       sm80::detail::splat<T>(sm80::Half2Magic<T>::kValue + float(Cfg::kCenter));
 
-  // One K block: wait for its stage, dequantize this lane's weights of the two n8 blocks of its
-  // warp into frag (A fragments of the eight k16 steps) and issue the eight wgmma.
-  auto issue_block = [&](int it, uint32_t (&frag)[8][4]) {
-    const int s = it % STAGES;
-    ptx::mbarrier_wait(&full[s], (it / STAGES) & 1);
+  // One unit (a K block, or half of one at BM = 256): wait for the block's stage, dequantize
+  // this lane's weights of the two n8 blocks of its warp for the unit's k16 steps into frag (A
+  // fragments) and issue the unit's wgmma. Returns the stage when the unit ends its block (the
+  // stage may be released once the unit's group has completed), -1 otherwise.
+  constexpr int kUnits = Cfg::kUnitsPerBlock, kUnitSteps = Cfg::kUnitSteps;
+  using Frag = uint32_t[kUnitSteps][4];
+  auto issue_unit = [&](int it, Frag& frag) {
+    const int kb_it = it / kUnits, unit = it % kUnits, step0 = unit * kUnitSteps;
+    const int s = kb_it % STAGES;
+    if (unit == 0) ptx::mbarrier_wait(&full[s], (kb_it / STAGES) & 1);
     const uint8_t* stage = smem + s * Cfg::kStageBytes;
     const uint8_t* w_sh = stage + Cfg::kXBytes;
     [[maybe_unused]] const float* g_sh = reinterpret_cast<const float*>(w_sh + Cfg::kWBytes);
+    // A lane's words of a block are 8 k16 steps in order (4-bit: two steps a word, 8-bit: one),
+    // so the unit's steps are one contiguous run of them.
     uint32_t wq[2][kWords];
 #pragma unroll
     for (int b = 0; b < 2; ++b)
 #pragma unroll
       for (int v = 0; v < kWords / 4; ++v) {
+        if (kWords / 4 == kUnits && v != unit) continue;  // 8-bit halves: only the unit's 16 B
         const uint4 q =
             ptx::lds128(w_sh + (8 * cw + 2 * warp + b) * Cfg::kBlockBytes + lane * Cfg::kLaneBytes +
                         v * 16);
@@ -225,9 +239,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     [[maybe_unused]] sm80::detail::GroupPair group[2];  // this thread's two channels
 #pragma unroll
-    for (int step = 0; step < 8; ++step) {
+    for (int j = 0; j < kUnitSteps; ++j) {
+      const int step = step0 + j;
       if constexpr (Cfg::kGrouped) {
-        if (step % Cfg::kStepsPerGroup == 0) {  // a new group starts: its scale (and zero)
+        if (j == 0 || step % Cfg::kStepsPerGroup == 0) {  // the unit's or a new group's constants
           const int grow = step / Cfg::kStepsPerGroup;
 #pragma unroll
           for (int b = 0; b < 2; ++b)
@@ -238,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {  // a[0], a[1]: k 2c.. of blocks 2w, 2w+1; a[2], a[3]: k 8+2c..
         const int b = r & 1, half = r >> 1;
-        frag[step][r] = sm80::detail::dequant_pair<Cfg>(
+        frag[j][r] = sm80::detail::dequant_pair<Cfg>(
             sm80::detail::raw_pair<Cfg>(wq[b], step, half), group[b], center2);
       }
     }
@@ -249,15 +264,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
     ptx::wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < 8; ++step)
-      ptx::wgmma_f32_rs<BM, Cfg::kF16>(acc, frag[step], (step < 4 ? desc0 : desc1) + 2 * (step & 3),
+    for (int j = 0; j < kUnitSteps; ++j) {
+      const int step = step0 + j;
+      ptx::wgmma_f32_rs<BM, Cfg::kF16>(acc, frag[j], (step < 4 ? desc0 : desc1) + 2 * (step & 3),
                                        1);
+    }
     ptx::wgmma_commit();
-    return s;
+    return unit == kUnits - 1 ? s : -1;
   };
-  auto keep_until_here = [](uint32_t (&frag)[8][4]) {
+  auto keep_until_here = [](Frag& frag) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < kUnitSteps; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
   };
@@ -265,10 +282,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
   };
-  // One block's wgmma stay in flight while the next block is dequantized and issued
-  // (cuda/sm90/block_pipeline.cuh).
-  uint32_t frag[2][8][4];
-  run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
+  // One unit's wgmma stay in flight while the next unit is dequantized and issued
+  // (cuda/sm90/block_pipeline.cuh); a stage is released after its block's last unit.
+  Frag frag[2];
+  run_blocks_one_in_flight(num_kb * kUnits, frag, issue_unit, keep_until_here, release);
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 
