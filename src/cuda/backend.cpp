@@ -385,7 +385,9 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   if (format.act == ActScheme::none) {
     if (k % 8 != 0) return s + "; packed weight-only layouts need K % 8 == 0";
     if (use_sm90_weight_only(device, m))
-      return s + packed + describe(plan_sm90_weight_only(m, n_pad, k_pad, device)) +
+      return s + packed +
+             describe(plan_sm90_weight_only(m, n_pad, k_pad,
+                                            layout_weight_bits(packed_layout(format)), device)) +
              " on " + std::to_string(info.sm_count) + " SMs (Hopper: M >= " +
              std::to_string(kSm90WeightOnlyMinTokens) + ")";
     return s + packed + describe(plan_sm80_weight_only(m, n_pad, k_pad, info.sm_count)) +

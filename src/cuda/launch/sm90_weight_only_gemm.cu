@@ -116,7 +116,7 @@ bool use_sm90_weight_only(int device, int64_t m) {
 }
 
 WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
-                                          int device) {
+                                          int weight_bits, int device) {
   // The tile and the cluster split by estimated time (sm90_tiling.h). The costs (µs on the H100
   // at M = 256, 2026-11-25, bench/results/h100_weight_only_tiles.json) were fitted to the 54
   // (BM, splits) × shape cells timed there; the fit picks the fastest or within 5% of it on
@@ -135,6 +135,11 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
     if (forced_bm != 64) costs.kblock_64 = 0;
     if (forced_bm != 128) costs.kblock_128 = 0;
     if (forced_bm != 256) costs.kblock_256 = 0;
+  } else if (weight_bits == 8) {
+    // 8-bit weights are not given the 256-token tile: only two of its 80 KB stages fit, and it
+    // ran 0.80-0.96x the 128-token tile's speed at M = 4096 and 0.63x on 10240x8192 at M = 1024
+    // (H100, 2026-11-25, bench/results/h100_weight_only_tiles.json).
+    costs.kblock_256 = 0;
   }
   const int forced_splits = std::clamp(knob("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
                                        kMaxSm90ClusterSplits);
@@ -177,7 +182,7 @@ std::string describe(const WeightOnlyWgmmaPlan& plan) {
 }
 
 void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
-  const WeightOnlyWgmmaPlan plan = plan_sm90_weight_only(l.m, l.n_pad, l.k_pad, l.device);
+  const WeightOnlyWgmmaPlan plan = plan_sm90_weight_only(l.m, l.n_pad, l.k_pad, l.bits, l.device);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
   const char* name = "sm90_weight_only_gemm";
   Maps maps;

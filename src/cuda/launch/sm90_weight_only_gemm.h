@@ -17,8 +17,10 @@ struct WeightOnlyWgmmaPlan {
   bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
   int slots = 0;               ///< CTAs (or split clusters) the GPU runs at once: one wave
 };
-/// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
-WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int device);
+/// The plan for 4- or 8-bit weights on `device` (its SM count, and how many clusters of the
+/// kernel it runs at once).
+WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
+                                          int weight_bits, int device);
 std::string describe(const WeightOnlyWgmmaPlan& plan);
 
 /// Whether a weight-only call runs on sm90_weight_only_gemm: a Hopper GPU with sm_90a code, at
