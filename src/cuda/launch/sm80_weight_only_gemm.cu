@@ -24,16 +24,23 @@ namespace {
 // Tile shapes, by M bucket. The main loop is a latency-bound chain per warp (load, convert,
 // MMA), so every tile is sized for at least 12 warps per SM (ncu on the H100: with 8 the
 // schedulers issued once per 5 cycles). Small M is a weight stream: a thin 16-row tile, 3
-// stages (bytes in flight are plenty at 3 CTAs per SM) and split-K to put every SM to work;
+// stages (bytes in flight are plenty at 3-4 CTAs per SM) and split-K to put every SM to work;
 // warps split N only, so no two warps dequantize the same weights. Up to 64 rows: 8 warps at
 // 2 CTAs per SM; larger M: 128×128 tiles of 16 warps (32×32 warp tiles), one CTA per SM.
 enum class Tile : int { m16, m32, m64, m128 };
 
 template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance;
+// The 16-row tile's launch bound asks for 4 CTAs per SM, which caps it at 128 registers: left
+// at 3, ptxas took 130 (since 21b8aac split the stage loads), the SM held 3 CTAs of 4-bit
+// weights instead of 4, and W4A16 at M = 1 ran 93-95 µs on 8192×28672 against 66 (28.6 -> 38
+// on 10240×8192; H100, 2026-11-25, bench/results/h100_weight_only_decode_occupancy.log). The
+// split-K planner still counts 3 per SM (kM16PlannedCtasPerSm), the rule those 66 µs were
+// measured with; 8-bit weights' stages fit 3 per SM in shared memory anyway.
+constexpr int kM16PlannedCtasPerSm = 3;
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m16, T, kBits, DQ, kRows> {
-  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 16, 128, 1, 4, 3, 3>;
+  using Cfg = sm80::WeightOnlyGemmConfig<T, kBits, DQ, kRows, 16, 128, 1, 4, 3, 4>;
 };
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance<Tile::m32, T, kBits, DQ, kRows> {
@@ -59,7 +66,10 @@ template <Tile kTile>
 TileInfo tile_info() {
   // Every instance of a tile shares its shape; the 4-bit bf16 per-channel one stands for all.
   using Cfg = typename Instance<kTile, __nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0>::Cfg;
-  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES, Cfg::kMinBlocks};
+  if constexpr (kTile == Tile::m16)
+    return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES, kM16PlannedCtasPerSm};
+  else
+    return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES, Cfg::kMinBlocks};
 }
 
 TileInfo tile_info(Tile t) {

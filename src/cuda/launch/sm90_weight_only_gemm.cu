@@ -118,11 +118,11 @@ bool use_sm90_weight_only(int device, int64_t m) {
 WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
                                           int weight_bits, int device) {
   // The tile and the cluster split by estimated time (sm90_tiling.h). The costs (µs on the H100
-  // at M = 256, 2026-11-25, bench/results/h100_weight_only_tiles.json) were fitted to the 54
-  // (BM, splits) × shape cells timed there; the fit picks the fastest or within 5% of it on
-  // each of the six shapes. Per K block a 64-token tile costs 0.5, 128 tokens 0.7, 256 tokens
-  // 1.3 (the dequantization is the same per block; the MMA grows with the tile); each CTA 4
-  // more (launch, fill, epilogue) and a cluster reduction 2.
+  // at M = 256) were fitted to the 54 (BM, splits) × shape cells of
+  // bench/results/h100_weight_only_tiles.log (2026-11-24); the fit picks the fastest cell or one
+  // within 5% of it on each of the six shapes. Per K block a 64-token tile costs 0.5, 128 tokens
+  // 0.7, 256 tokens 1.3 (the dequantization is the same per block; the MMA grows with the tile);
+  // each CTA 4 more (launch, pipeline fill, epilogue) and a cluster reduction 2.
   Sm90TileCosts costs{0.5, 0.7, 1.3, 4.0, 2.0};
   // Measurement knobs: NIBBLE_SM90_WEIGHT_ONLY_BM=64|128|256 forces the token tile,
   // NIBBLE_SM90_WEIGHT_ONLY_SPLITS=1..8 the number of cluster splits of every tile.
@@ -136,9 +136,10 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
     if (forced_bm != 128) costs.kblock_128 = 0;
     if (forced_bm != 256) costs.kblock_256 = 0;
   } else if (weight_bits == 8) {
-    // 8-bit weights are not given the 256-token tile: only two of its 80 KB stages fit, and it
-    // ran 0.80-0.96x the 128-token tile's speed at M = 4096 and 0.63x on 10240x8192 at M = 1024
-    // (H100, 2026-11-25, bench/results/h100_weight_only_tiles.json).
+    // 8-bit weights are not given the 256-token tile: only two of its 80 KB stages fit, the
+    // costs above were fitted to 4-bit weights, and against the 128-token tile it ran 0.94-1.02x
+    // at M = 4096, 1.03-1.07x at M = 1024 unsplit but 0.79-0.80x where split (H100, 2026-11-25,
+    // bench/results/h100_weight_only_w8_tiles_ab.json).
     costs.kblock_256 = 0;
   }
   const int forced_splits = std::clamp(knob("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,

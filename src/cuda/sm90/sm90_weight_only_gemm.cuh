@@ -28,21 +28,26 @@
 //
 // Work split
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
-//   channel column), split-K along gridDim.z when the tiles alone leave SMs idle: a tile's
-//   splits are one thread-block cluster where every tile's cluster fits in one wave (partials
-//   summed over distributed shared memory), otherwise they go through a workspace.
+//   channel column), split-K along gridDim.z where the planner's estimate of waves × CTA time
+//   says so: a tile's splits are one thread-block cluster (partials summed over distributed
+//   shared memory), or, where the GPU runs no clusters, go through a workspace.
 //   Producer (one thread): per 128-wide K block, two TMA copies of the activation tile (BM rows ×
 //   64 elements each, 128-byte swizzle, zero-filled past M and K), one of the weight tile (16 n8
 //   blocks) and, for group-wise formats, one of the block's group scales (and one of its zeros).
-//   Consumers (two warpgroups, 64 channels each): per K block, dequantize their weights for the
-//   eight k16 steps and issue eight wgmma m64nBMk16; one block stays in flight while the next
-//   is dequantized (fragments alternate between two register sets).
+//   Consumers (two warpgroups, 64 channels each): per unit — a K block, or half of one at
+//   BM = 256 — dequantize their weights for the unit's k16 steps and issue its wgmma m64nBMk16;
+//   one unit stays in flight while the next is dequantized (fragments alternate between two
+//   register sets: 2 × 32 registers for whole blocks, 2 × 16 for halves, which is what fits
+//   beside a 256-token tile's 128 accumulators in the 168 registers of a 384-thread CTA).
 //   Epilogue: cuda/sm90/transposed_tile.cuh (transposed through shared memory, split-K summed in
 //   split order: deterministic); the channel scale (per channel) and the bias on the way out.
 //
 // Limitations
 //   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_weight_only_gemm.
-//   2. BM ∈ {64, 128}; one output tile per CTA (no persistent scheduler).
+//   2. BM ∈ {64, 128, 256}; one output tile per CTA (no persistent scheduler): every CTA pays
+//      its own launch, pipeline fill and epilogue (about 3 K blocks' worth at BM = 256), which
+//      the planner weighs against wave quantization (sm90_tiling.h).
+//   4. BM = 256 has 3 stages (2 for 8-bit weights or 4-bit g32 with zeros) in the 227 KB.
 //   3. Group sizes 32–256 as the layout allows (1, 2 or 4 groups per K block; G = 256 spans two).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaWeightOnly*'
 #pragma once
