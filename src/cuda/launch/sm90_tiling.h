@@ -39,7 +39,7 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
                                  std::initializer_list<int> bms, int min_kblocks_per_split,
                                  Sm90ClusterSplitK cluster = {});
 
-/// The time of one CTA of a kernel, in any unit: kblock_cost[bm] per 128-wide K block of a bm
+/// The time of one CTA of a kernel, in any unit: kblock_<bm> per 128-wide K block of a bm-
 /// token tile (bm = 64, 128, 256; 0 where the kernel has no such tile), plus `fixed` per CTA
 /// (launch, pipeline fill, epilogue) and `cluster_reduce` per split tile's reduction.
 struct Sm90TileCosts {
