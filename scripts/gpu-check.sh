@@ -99,6 +99,11 @@ if [ $run_bench -eq 1 ]; then
   done
   tail -80 "$out/bench.log"
   [ $bench_rc -eq 0 ] || status=1
+  # Cells more than 10% slower than the committed H100 grid (a report, not a failure: the
+  # machine's own drift shows in the peers' rows).
+  if [ -f "$out/bench.json" ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
+    python3 scripts/bench_regress.py "$out/bench.json" bench/results/h100.json | tee -a "$out/bench.log"
+  fi
 fi
 
 passed=$(grep -oE "[0-9]+% tests passed.*out of [0-9]+" "$out/test.log" | tail -1)
