@@ -5,6 +5,11 @@
 
 namespace nibble::cuda {
 
+void set_k_splits(Sm90TileChoice& t, int kblocks, int splits) {
+  t.kblocks_per_split = (kblocks + splits - 1) / splits;
+  t.splits = (kblocks + t.kblocks_per_split - 1) / t.kblocks_per_split;
+}
+
 Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
                                  std::initializer_list<int> bms, int min_kblocks_per_split,
                                  Sm90ClusterSplitK cluster) {
@@ -33,8 +38,7 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
   }
   if (2 * tiles <= sm_count && splits == 1)
     splits = std::clamp(std::min(sm_count / tiles, kblocks / min_kblocks_per_split), 1, 16);
-  best.kblocks_per_split = (kblocks + splits - 1) / splits;
-  best.splits = (kblocks + best.kblocks_per_split - 1) / best.kblocks_per_split;
+  set_k_splits(best, kblocks, splits);
   return best;
 }
 
@@ -56,23 +60,23 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
       if (s > 1 && (cluster.clusters_at_once == nullptr ||
                     kblocks / s < cluster.min_kblocks_per_split))
         break;
-      const int per_split = (kblocks + s - 1) / s;
-      const int splits = (kblocks + per_split - 1) / per_split;
-      if (splits != s) continue;  // the same split as a smaller s
+      Sm90TileChoice c;
+      set_k_splits(c, kblocks, s);
+      if (c.splits != s) continue;  // the same split as a smaller s
       const int64_t slots = s == 1 ? sm_count : cluster.clusters_at_once[s];
       if (slots <= 0) continue;
       any_cluster = any_cluster || s > 1;
       const int64_t waves = (tiles + slots - 1) / slots;
-      const double cost = static_cast<double>(waves) *
-                          (per_split * per_kblock + costs.fixed + (s > 1 ? costs.cluster_reduce : 0));
+      const double cost =
+          static_cast<double>(waves) * (c.kblocks_per_split * per_kblock + costs.fixed +
+                                        (s > 1 ? costs.cluster_reduce : 0));
       if (best.bm == 0 || cost < best_cost) {
         best_cost = cost;
-        best.bm = bm;
-        best.tiles_m = static_cast<int>(tiles_m);
-        best.tiles_n = static_cast<int>(tiles_n);
-        best.splits = splits;
-        best.kblocks_per_split = per_split;
-        best.cluster_split = splits > 1;
+        c.bm = bm;
+        c.tiles_m = static_cast<int>(tiles_m);
+        c.tiles_n = static_cast<int>(tiles_n);
+        c.cluster_split = s > 1;
+        best = c;
       }
     }
   }

@@ -12,6 +12,11 @@ struct Sm90TileChoice {
   bool cluster_split = false;  ///< the splits of a tile are one thread-block cluster along z
 };
 
+/// Cuts `kblocks` K blocks into `splits` ranges of equal length (rounded up): sets
+/// t.kblocks_per_split and t.splits, which is smaller than asked where the rounded-up ranges
+/// cover K sooner (32 blocks in 7: 5 of 5 and one of 2, so 7 — but 32 in 9: 4 × 8, so 8).
+void set_k_splits(Sm90TileChoice& t, int kblocks, int splits);
+
 /// The most splits of a cluster split tile (the portable cluster size).
 constexpr int kMaxSm90ClusterSplits = 8;
 /// K blocks (128 of K) each split of a cluster split tile keeps at least: with 3 splits of

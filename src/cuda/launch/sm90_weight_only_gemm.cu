@@ -145,13 +145,11 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   const int forced_splits = std::clamp(knob("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
                                        kMaxSm90ClusterSplits);
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
-  Sm90TileChoice t = choose_sm90_tiles_by_cost(
-      m, n_pad, k_pad, cuda_device_info(device).sm_count, costs, 8,
-      {clusters.data(), kMinKBlocksPerSm90ClusterSplit});
+  const int sm_count = cuda_device_info(device).sm_count;
+  Sm90TileChoice t = choose_sm90_tiles_by_cost(m, n_pad, k_pad, sm_count, costs, 8,
+                                               {clusters.data(), kMinKBlocksPerSm90ClusterSplit});
   if (forced_splits > 0) {
-    const int kblocks = static_cast<int>(k_pad / 128);
-    t.kblocks_per_split = (kblocks + forced_splits - 1) / forced_splits;
-    t.splits = (kblocks + t.kblocks_per_split - 1) / t.kblocks_per_split;
+    set_k_splits(t, static_cast<int>(k_pad / 128), forced_splits);
     t.cluster_split = t.splits > 1;
   }
   WeightOnlyWgmmaPlan best;
@@ -161,8 +159,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
   best.cluster_split = t.cluster_split;
-  best.slots = t.splits > 1 && t.cluster_split ? clusters[static_cast<size_t>(t.splits)]
-                                               : cuda_device_info(device).sm_count;
+  best.slots = t.cluster_split ? clusters[static_cast<size_t>(t.splits)] : sm_count;
   best.stages = best.bm == 256
                     ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 256>::kStages
                 : best.bm == 128
