@@ -136,6 +136,15 @@ __device__ __forceinline__ float reciprocal_seed_f32(float b) {
   return y;
 }
 
+/// RN32(1 / RN32(sqrt(t))) for t > 0 (RMSNorm's r), each step correctly rounded without a
+/// subroutine call; t = +inf (a mean square that overflowed f32) gives 0 as IEEE's sqrt and
+/// division do — the refinements alone would turn it into NaN.
+__device__ __forceinline__ float reciprocal_sqrt_rn(float t) {
+  if (t == INFINITY) return 0.0f;
+  const float u = sqrt_rn(t, rsqrt_seed(t));
+  return divide_rn(1.0f, u, reciprocal_seed(u));
+}
+
 /// RN32(a / b) for finite a, b ≠ 0 with a finite quotient: the f32 sequence in range, the f64
 /// one (divide_rn) otherwise; a zero a gives IEEE's signed zero.
 __device__ __forceinline__ float divide(float a, float b) {

@@ -268,6 +268,61 @@ TEST(CudaActQuant, NormedInPlaceOverwritesXWithY) {
   check_normed_in_place();
 }
 
+// Rows at the edges of each dtype's range (subnormal, tiny, huge) and RMSNorm weights whose
+// products with the normalized row fall among T's subnormals: the 16-bit sum of squares takes
+// its f64 path for rows below 2^-96, and every rounding of y must still be the reference's.
+void check_extreme_row_magnitudes() {
+  Rng rng;
+  const int64_t k = 4096;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    const std::vector<double> sigma =
+        dtype == DType::f16 ? std::vector<double>{3e-8, 1e-6, 6e-5, 1.0, 2e2}
+                            : std::vector<double>{1e-40, 1e-38, 1e-33, 0x1p-97, 1.0, 1e36};
+    const auto m = static_cast<int64_t>(sigma.size());
+    Tensor x = Tensor::empty(dtype, {m, k});
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        test::put_float(x.view(), r, c, rng.normal(sigma[size_t(r)]) * (c == 7 ? 30.0 : 1.0));
+    const Tensor x_dev = x.to(Device::cuda());
+    for (bool tiny_weight : {false, true}) {
+      Tensor w = test::random_rms_weight(dtype, k, rng);
+      if (tiny_weight)
+        for (int64_t c = 0; c < k; ++c)
+          test::put_float(w.view(), 0, c,
+                          test::float_at(w.view(), 0, c) * (dtype == DType::f16 ? 0x1p-13 : 0x1p-120));
+      const Tensor w_dev = w.to(Device::cuda());
+      for (ActScheme scheme : kSchemes) {
+        SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(scheme) +
+                     (tiny_weight ? " tiny weights" : ""));
+        Tensor y_ref = Tensor::empty(dtype, {m, k});
+        Tensor y_got = Tensor::empty(dtype, {m, k}, Device::cuda());
+        y_got.fill_bytes(0xA5);
+        ActQuantFusion host, device;
+        host.rms_weight = as_vector(w);
+        device.rms_weight = as_vector(w_dev);
+        host.rms_eps = device.rms_eps = 1e-6f;
+        host.normed = y_ref.view();
+        device.normed = y_got.view();
+        QuantizedActivation ref(scheme, m, k);
+        run(x.view(), ref.view(), host);
+        QuantizedActivation got(scheme, m, k, Device::cuda());
+        got.q.fill_bytes(0xA5);
+        got.scales.fill_bytes(0xA5);
+        run(x_dev.view(), got.view(), device);
+        synchronize(Device::cuda());
+        EXPECT_TRUE(same_bytes(got.q, ref.q)) << "q";
+        EXPECT_TRUE(same_bytes(got.scales, ref.scales)) << "scales";
+        EXPECT_TRUE(same_bytes(y_got, y_ref)) << "normed";
+      }
+    }
+  }
+}
+
+TEST(CudaActQuant, ExtremeRowMagnitudesAreBitExact) {
+  NIBBLE_REQUIRE_GPU();
+  check_extreme_row_magnitudes();
+}
+
 // A NaN in a row gives that row a NaN scale on the GPU (the CPU rejects it): the max keeps it.
 TEST(CudaActQuant, NonFiniteRowGetsANonFiniteScale) {
   NIBBLE_REQUIRE_GPU();

@@ -34,10 +34,7 @@ __device__ __forceinline__ float warp_rms_inverse(const double* sums, int granul
   for (int o = 16; o > 0; o >>= 1)
     lane_sum = __dadd_rn(lane_sum, __shfl_xor_sync(0xFFFFFFFFu, lane_sum, o));
   const float ms = __double2float_rn(__dmul_rn(lane_sum, inv_k));
-  // 1 / sqrt(ms + eps), each step correctly rounded without a subroutine call.
-  const float t = __fadd_rn(ms, eps);
-  const float u = detail::sqrt_rn(t, detail::rsqrt_seed(t));
-  return detail::divide_rn(1.0f, u, detail::reciprocal_seed(u));
+  return detail::reciprocal_sqrt_rn(__fadd_rn(ms, eps));  // 1 / sqrt(ms + eps)
 }
 
 /// y = RN(RN(x · inv) · w).

@@ -55,7 +55,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "common/check.h"
 #include "common/rounded_math.h"
@@ -72,7 +74,6 @@ namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
 constexpr int kMaxChunks = 8;     // 64 KiB of slots for 512 threads
-constexpr int kMaxFusedChunks = 4;
 
 // ---- element types --------------------------------------------------------------------------
 
@@ -81,24 +82,15 @@ struct Elem;
 template <>
 struct Elem<float> {
   __device__ static float to_f32(float v) { return v; }
-  __device__ static float from_f32(float v) { return v; }
 };
 template <>
 struct Elem<__half> {
   __device__ static float to_f32(__half v) { return __half2float(v); }
-  __device__ static __half from_f32(float v) { return __float2half_rn(v); }
 };
 template <>
 struct Elem<__nv_bfloat16> {
   __device__ static float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 from_f32(float v) { return __float2bfloat16_rn(v); }
 };
-
-// Rounds an f32 to the nearest value of T (round to nearest even), kept as f32.
-template <class T>
-__device__ __forceinline__ float round_to(float v) {
-  return Elem<T>::to_f32(Elem<T>::from_f32(v));
-}
 
 // V elements of U as one aligned access: 16 bytes is one LDG.128/STG.128, 32 bytes two.
 template <class U, int V>
@@ -138,16 +130,6 @@ __device__ __forceinline__ void load_channels(const Operand& t, int64_t k0, int 
   }
 }
 
-// One 16-byte chunk of x, n elements valid (zeros after them).
-template <class T, int V>
-__device__ __forceinline__ Pack<T, V> load_x(const T* p, int n, bool vectorized) {
-  if (vectorized && n == V) return *reinterpret_cast<const Pack<T, V>*>(p);
-  Pack<T, V> pk;
-#pragma unroll
-  for (int i = 0; i < V; ++i) pk.v[i] = i < n ? p[i] : Elem<T>::from_f32(0.0f);
-  return pk;
-}
-
 template <class U, int V>
 __device__ __forceinline__ void store(U* p, const Pack<U, V>& pk, int n, bool vectorized) {
   if (vectorized && n == V) {
@@ -159,7 +141,151 @@ __device__ __forceinline__ void store(U* p, const Pack<U, V>& pk, int n, bool ve
   }
 }
 
-// ---- quantization of one value --------------------------------------------------------------
+// ---- 16-byte chunks of x ------------------------------------------------------------------------
+//
+// A chunk is 16 bytes of x (or y) kept as its four 32-bit words, V = 16 / sizeof(T) elements:
+// word j holds element j (f32), or elements 2j (low half) and 2j + 1 (high half) of a 16-bit T —
+// the memory order. The 16-bit paths work on the pairs as they are (one conversion instruction
+// rounds two f32 values to T, one integer max takes two magnitudes) instead of element by element.
+
+template <class T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+template <class T>
+constexpr bool kPairs = sizeof(T) == 2;
+
+__device__ __forceinline__ uint32_t word(const uint4& c, int j) {
+  return j == 0 ? c.x : j == 1 ? c.y : j == 2 ? c.z : c.w;
+}
+__device__ __forceinline__ void set_word(uint4& c, int j, uint32_t v) {
+  if (j == 0) c.x = v;
+  else if (j == 1) c.y = v;
+  else if (j == 2) c.z = v;
+  else c.w = v;
+}
+
+// Two 16-bit elements (element 0 in the low half) as f32 (exact), and two f32 values rounded to T
+// (round to nearest even, subnormals kept: cvt.rn.{bf16x2,f16x2}.f32).
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t u) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+  } else {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return __half22float2(h);
+  }
+}
+template <class T>
+__device__ __forceinline__ uint32_t pack2_rn(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+// The chunk's elements as f32 (exact), and V f32 values rounded to T as a chunk.
+template <class T>
+__device__ __forceinline__ void to_floats(const uint4& c, float (&x)[kVec<T>]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (kPairs<T>) {
+      const float2 f = unpack2<T>(word(c, j));
+      x[2 * j] = f.x;
+      x[2 * j + 1] = f.y;
+    } else {
+      x[j] = __uint_as_float(word(c, j));
+    }
+  }
+}
+template <class T>
+__device__ __forceinline__ uint4 from_floats(const float (&x)[kVec<T>]) {
+  uint4 c;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    set_word(c, j, kPairs<T> ? pack2_rn<T>(x[2 * j], x[2 * j + 1]) : __float_as_uint(x[j]));
+  return c;
+}
+
+// The bits of element i of p (n valid: the rest are +0).
+template <class T>
+__device__ __forceinline__ uint4 load_chunk(const T* p, int n, bool vectorized) {
+  constexpr int V = kVec<T>;
+  if (vectorized && n == V) return *reinterpret_cast<const uint4*>(p);
+  uint4 c = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if (i >= n) break;
+    if constexpr (kPairs<T>) {
+      const uint32_t bits = reinterpret_cast<const uint16_t*>(p)[i];
+      set_word(c, i / 2, word(c, i / 2) | bits << (16 * (i % 2)));
+    } else {
+      set_word(c, i, reinterpret_cast<const uint32_t*>(p)[i]);
+    }
+  }
+  return c;
+}
+template <class T>
+__device__ __forceinline__ void store_chunk(T* p, const uint4& c, int n, bool vectorized) {
+  constexpr int V = kVec<T>;
+  if (vectorized && n == V) {
+    *reinterpret_cast<uint4*>(p) = c;
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    if (i >= n) break;
+    if constexpr (kPairs<T>)
+      reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(word(c, i / 2) >> (16 * (i % 2)));
+    else
+      reinterpret_cast<uint32_t*>(p)[i] = word(c, i);
+  }
+}
+
+// max |element| over a chunk, as integer-ordered magnitude bits: for non-negative floats the
+// integer order is the float order, and a NaN (above +inf) survives the max. 16-bit T keeps two
+// 16-bit maxima in `acc` (one max.u16x2 per word); magnitude_f32_bits turns them into the f32
+// abs_bits of the larger (both exact).
+__device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t r;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  return __vmaxu2(a, b);
+#endif
+}
+template <class T>
+__device__ __forceinline__ uint32_t magnitude_max(const uint4& c, uint32_t acc) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    acc = kPairs<T> ? max_u16x2(acc, word(c, j) & 0x7FFF7FFFu) : max(acc, word(c, j) & 0x7FFFFFFFu);
+  return acc;
+}
+template <class T>
+__device__ __forceinline__ uint32_t magnitude_f32_bits(uint32_t acc) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return max(acc << 16, acc & 0xFFFF0000u);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    const uint32_t m = max(acc & 0xFFFFu, acc >> 16);
+    return abs_bits(__half2float(__ushort_as_half(static_cast<unsigned short>(m))));
+  } else {
+    return acc;
+  }
+}
+
+// Low bytes of four words as one word (byte i from t_i): the s8 codes of four elements.
+__device__ __forceinline__ uint32_t low_bytes(uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
+  return __byte_perm(__byte_perm(t0, t1, 0x0040), __byte_perm(t2, t3, 0x0040), 0x5410);
+}
+// Low nibbles of two words as one byte (nibble 0 from t0): the s4 codes of two elements.
+__device__ __forceinline__ uint32_t low_nibbles(uint32_t t0, uint32_t t1) {
+  return (t0 & 0xFu) | ((t1 << 4) & 0xF0u);
+}
 
 // ---- row reductions ---------------------------------------------------------------------------
 
@@ -172,14 +298,15 @@ struct SumOp {
   }
 };
 
-// Combines v over the threads_per_row threads of each row (whole warps). Every thread of the
-// block must call it (it synchronizes the block); `red` holds one value per warp.
+// Combines v over the threads_per_row threads of each row (whole warps, 2^tpr_shift of them).
+// Every thread of the block must call it (it synchronizes the block); `red` holds one value per
+// warp.
 template <class U, class Op>
-__device__ __forceinline__ U row_reduce(U v, Op op, U* red, int threads_per_row) {
+__device__ __forceinline__ U row_reduce(U v, Op op, U* red, int tpr_shift) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  const int warps_per_row = threads_per_row / 32;
-  const int first = static_cast<int>(threadIdx.x) / threads_per_row * warps_per_row;
+  const int warps_per_row = 1 << (tpr_shift - 5);
+  const int first = static_cast<int>(threadIdx.x >> tpr_shift) << (tpr_shift - 5);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
   U r = red[first];
@@ -195,16 +322,17 @@ __device__ __forceinline__ U row_reduce(U v, Op op, U* red, int threads_per_row)
 // re-read from global memory on every visit (rows too long to keep on chip).
 template <class T, bool kHeld>
 struct RowChunks {
-  static constexpr int V = 16 / sizeof(T);
+  static constexpr int V = kVec<T>;
   const T* row;
-  int64_t k, chunks;
+  int64_t k;
+  int chunks;
   int lane, stride;  // first chunk and chunk step of this thread
   bool live, vectorized;
-  Pack<T, V>* held;  // kHeld: this thread's slot for its chunk j is held[j * slot_step]
+  uint4* held;  // kHeld: this thread's slot for its chunk j is held[j * slot_step]
   int slot_step;
 
-  __device__ int valid(int64_t c) const {
-    const int64_t left = k - c * V;
+  __device__ int valid(int c) const {
+    const int64_t left = k - int64_t{c} * V;
     return left < V ? static_cast<int>(left) : V;
   }
 
@@ -212,16 +340,14 @@ struct RowChunks {
   __device__ void load() {
     if constexpr (kHeld) {
       if (live) {
+        uint4* slot = held;
 #pragma unroll 1
-        for (int j = 0;; ++j) {
-          const int64_t c = lane + int64_t{j} * stride;
-          if (c >= chunks) break;
-          Pack<T, V>* slot = held + j * slot_step;
+        for (int c = lane; c < chunks; c += stride, slot += slot_step) {
           const int n = valid(c);
           if (vectorized && n == V)
-            ptx::cp_async_16(slot, row + c * V, true);
+            ptx::cp_async_16(slot, row + int64_t{c} * V, true);
           else
-            *slot = load_x<T, V>(row + c * V, n, vectorized);
+            *slot = load_chunk(row + int64_t{c} * V, n, vectorized);
         }
       }
       ptx::cp_async_commit();
@@ -229,35 +355,26 @@ struct RowChunks {
     }
   }
 
-  // f(c, x[V], n) for each of this thread's chunks c (x as f32, zeros past the n valid ones).
-  // kKeep: f may change x to other values of T, which replace the chunk held on chip (the
-  // RMSNorm output y, so that the last pass need not compute it again).
+  // f(c, chunk, n) for each of this thread's chunks c (elements past the n valid ones are +0).
+  // kKeep: the chunk f leaves replaces the one held on chip (the RMSNorm output y, so that the
+  // last pass need not compute it again).
   template <bool kKeep = false, class F>
   __device__ void visit(F&& f) {
     if (!live) return;
-    float x[V];
     if constexpr (kHeld) {
+      uint4* slot = held;
 #pragma unroll 1
-      for (int j = 0;; ++j) {
-        const int64_t c = lane + int64_t{j} * stride;
-        if (c >= chunks) break;
-        Pack<T, V>* slot = held + j * slot_step;
-        Pack<T, V> pk = *slot;
-#pragma unroll
-        for (int i = 0; i < V; ++i) x[i] = Elem<T>::to_f32(pk.v[i]);
-        f(c, x, valid(c));
-        if constexpr (kKeep) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) pk.v[i] = Elem<T>::from_f32(x[i]);
-          *slot = pk;
-        }
+      for (int c = lane; c < chunks; c += stride, slot += slot_step) {
+        uint4 chunk = *slot;
+        f(c, chunk, valid(c));
+        if constexpr (kKeep) *slot = chunk;
       }
     } else {
-      for (int64_t c = lane; c < chunks; c += stride) {
-        const Pack<T, V> pk = load_x<T, V>(row + c * V, valid(c), vectorized);
-#pragma unroll
-        for (int i = 0; i < V; ++i) x[i] = Elem<T>::to_f32(pk.v[i]);
-        f(c, x, valid(c));
+#pragma unroll 1
+      for (int c = lane; c < chunks; c += stride) {
+        const int n = valid(c);
+        uint4 chunk = load_chunk(row + int64_t{c} * V, n, vectorized);
+        f(c, chunk, n);
       }
     }
   }
@@ -269,23 +386,23 @@ struct RowChunks {
 template <class T, DType kQ, bool kStatic, bool kHeld, bool kFusions>
 __global__ void __launch_bounds__(kMaxThreads)
     act_quant_kernel(const ActQuantArgs p, const ActQuantPlan plan) {
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = kVec<T>;
   __shared__ uint32_t red_max[kMaxThreads / 32];
   __shared__ unsigned long long red_sum[kMaxThreads / 32];
 
-  const int tpr = plan.threads_per_row;
-  const int64_t m = int64_t{blockIdx.x} * plan.rows_per_block + threadIdx.x / tpr;
+  const int shift = plan.tpr_shift;
+  const int64_t m = int64_t{blockIdx.x} * plan.rows_per_block + (threadIdx.x >> shift);
   RowChunks<T, kHeld> row;
   row.live = m < p.m;
   row.k = p.k;
-  row.chunks = (p.k + V - 1) / V;
-  row.lane = static_cast<int>(threadIdx.x) % tpr;
-  row.stride = tpr;
+  row.chunks = static_cast<int>((p.k + V - 1) / V);
+  row.lane = static_cast<int>(threadIdx.x & ((1u << shift) - 1));
+  row.stride = 1 << shift;
   row.vectorized = plan.vectorized;
   row.row = static_cast<const T*>(p.x.data) + (row.live ? m : 0) * p.x.row_stride;
   if constexpr (kHeld) {
     extern __shared__ uint4 row_slots[];  // threads × chunks_per_thread slots of 16 bytes
-    row.held = reinterpret_cast<Pack<T, V>*>(row_slots) + threadIdx.x;
+    row.held = row_slots + threadIdx.x;
     row.slot_step = static_cast<int>(blockDim.x);
   }
   // Launched to overlap the kernel before it (cuda/launch/pdl_launch.h): the next kernel (the
@@ -300,59 +417,91 @@ __global__ void __launch_bounds__(kMaxThreads)
   float r = 0.0f;
   if (norm) {
     uint32_t amax = 0;
-    row.visit([&](int64_t, const float(&x)[V], int) {
-#pragma unroll
-      for (int i = 0; i < V; ++i) amax = max(amax, abs_bits(x[i]));
-    });
-    amax = row_reduce(amax, MaxOp{}, red_max, tpr);
+    row.visit([&](int, const uint4& c, int) { amax = magnitude_max<T>(c, amax); });
+    amax = row_reduce(magnitude_f32_bits<T>(amax), MaxOp{}, red_max, shift);
     // amax < 2^e, so each term below is at most 2^rms_bits (e is garbage for a NaN or
     // infinite row, whose scale is then non-finite anyway).
     const int e = amax != 0 && amax < 0x7F800000u ? frexp_exponent(__uint_as_float(amax)) : 0;
-    const double up = pow2_f64(plan.rms_bits - 2 * e);
+    const int d = plan.rms_bits - 2 * e;  // each term is rne(x² · 2^d)
     unsigned long long sum = 0;
-    if (amax != 0)
-      row.visit([&](int64_t, const float(&x)[V], int) {
+    if (amax != 0 && kPairs<T> && d >= -252 && d <= 254) {
+      // 16-bit x: (x · 2^⌊d/2⌋) · (x · 2^⌈d/2⌉) is x² · 2^d exactly in f32 (both factors are
+      // normal powers of two, the product has at most 22 significant bits and is below 2^62),
+      // unless a factor falls below 2^-126 — then the product is below 2^-251 and rounds to the
+      // term's 0 all the same. One rounding conversion to uint64 instead of two f64 conversions.
+      const float f_lo = pow2_f32(d >> 1), f_hi = pow2_f32(d - (d >> 1));
+      const auto term = [&](float x) {
+        return __float2ull_rn(__fmul_rn(__fmul_rn(x, f_lo), __fmul_rn(x, f_hi)));
+      };
+      row.visit([&](int, const uint4& c, int) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const double d = x[i];
-          sum += __double2ull_rn(__dmul_rn(__dmul_rn(d, d), up));  // d·d is exact in f64
+        for (int j = 0; j < 4; ++j) {
+          const float2 x = unpack2<T>(word(c, j));
+          sum += term(x.x) + term(x.y);
         }
       });
-    sum = row_reduce(sum, SumOp{}, red_sum, tpr);
+    } else if (amax != 0) {  // f32 x (x² needs f64), or a 16-bit row below 2^-96
+      const double up = pow2_f64(d);
+      row.visit([&](int, const uint4& c, int) {
+        float x[V];
+        to_floats<T>(c, x);
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const double t = x[i];
+          sum += __double2ull_rn(__dmul_rn(__dmul_rn(t, t), up));  // t·t is exact in f64
+        }
+      });
+    }
+    sum = row_reduce(sum, SumOp{}, red_sum, shift);
     const float ms = __double2float_rn(__dmul_rn(
         __dmul_rn(__ull2double_rn(sum), pow2_f64(2 * e - plan.rms_bits)), plan.inv_k));
-    // r = RN(1 / RN(sqrt(RN(ms + eps)))), each correctly rounded without a subroutine call.
-    const float t = __fadd_rn(ms, p.rms_eps);
-    const float u = detail::sqrt_rn(t, detail::rsqrt_seed(t));
-    r = detail::divide_rn(1.0f, u, detail::reciprocal_seed(u));
+    r = detail::reciprocal_sqrt_rn(__fadd_rn(ms, p.rms_eps));  // RN(1 / RN(sqrt(RN(ms + eps))))
   }
 
-  // y (normalized, in T's precision) and v (the value quantized) of one chunk; x is y already
-  // when `normalized` (the slots hold y after the dynamic scale's pass).
-  const auto fuse = [&](int64_t c, const float(&x)[V], int n, bool normalized, float(&y)[V],
-                        float(&v)[V]) {
-    float w[V], sm[V];
-    const bool apply_norm = norm && !normalized;
-    if (apply_norm) load_channels<V>(p.rms_weight, c * V, n, plan.vectorized, 0.0f, w);
-    if (smooth) load_channels<V>(p.smooth, c * V, n, plan.vectorized, 1.0f, sm);
+  // y = round_T(round_T(x · r) · w) of one chunk (each product in f32; docs/formats.md §6.1).
+  const auto normalize = [&](int c, const uint4& x, int n) {
+    float w[V];
+    load_channels<V>(p.rms_weight, int64_t{c} * V, n, plan.vectorized, 0.0f, w);
+    uint4 y;
+    if constexpr (kPairs<T>) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      y[i] = apply_norm ? round_to<T>(__fmul_rn(round_to<T>(__fmul_rn(x[i], r)), w[i])) : x[i];
-      v[i] = smooth ? detail::divide(y[i], sm[i]) : y[i];
+      for (int j = 0; j < 4; ++j) {
+        const float2 xf = unpack2<T>(word(x, j));
+        const float2 a = unpack2<T>(pack2_rn<T>(__fmul_rn(xf.x, r), __fmul_rn(xf.y, r)));
+        set_word(y, j, pack2_rn<T>(__fmul_rn(a.x, w[2 * j]), __fmul_rn(a.y, w[2 * j + 1])));
+      }
+    } else {  // f32 x: the roundings to T are exact
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        set_word(y, j, __float_as_uint(__fmul_rn(__fmul_rn(__uint_as_float(word(x, j)), r), w[j])));
+    }
+    return y;
+  };
+  // v = y / smooth of one chunk, as f32.
+  const auto smoothed = [&](int c, const uint4& y, int n, float(&v)[V]) {
+    to_floats<T>(y, v);
+    if (smooth) {
+      float sm[V];
+      load_channels<V>(p.smooth, int64_t{c} * V, n, plan.vectorized, 1.0f, sm);
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = detail::divide(v[i], sm[i]);
     }
   };
 
   float scale = p.static_scale;
   bool normalized = false;  // whether the slots hold y instead of x
   if constexpr (!kStatic) {
-    uint32_t amax = 0;
-    const auto amax_pass = [&](int64_t c, float(&x)[V], int n) {
-      float y[V], v[V];
-      fuse(c, x, n, false, y, v);
+    // max |v|: over T's bits while v = y (two elements an instruction), else over f32 bits.
+    uint32_t pair_max = 0, f32_max = 0;
+    const auto amax_pass = [&](int c, uint4& chunk, int n) {
+      if (norm) chunk = normalize(c, chunk, n);
+      if (!smooth) {
+        pair_max = magnitude_max<T>(chunk, pair_max);
+      } else {
+        float v[V];
+        smoothed(c, chunk, n, v);
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        amax = max(amax, abs_bits(v[i]));
-        x[i] = y[i];
+        for (int i = 0; i < V; ++i) f32_max = max(f32_max, abs_bits(v[i]));
       }
     };
     if (norm) {
@@ -361,7 +510,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     } else {
       row.visit(amax_pass);
     }
-    amax = row_reduce(amax, MaxOp{}, red_max, tpr);
+    const uint32_t amax =
+        row_reduce(max(f32_max, magnitude_f32_bits<T>(pair_max)), MaxOp{}, red_max, shift);
     // amax / qmax, correctly rounded: f32(f64(amax) · RN64(1 / qmax)) equals it for every
     // non-negative f32 amax and qmax 7, 127, 448 (checked exhaustively, common/rounded_math.h).
     scale = token_scale(amax, plan.inv_qmax);
@@ -384,28 +534,28 @@ __global__ void __launch_bounds__(kMaxThreads)
     if constexpr (kStatic) vs = fminf(fmaxf(vs, -v_max), v_max);
     return div.divide_scaled(vs);
   };
-  // clamp(rne(v / s), ±qmax); a dynamic quotient never exceeds qmax, so only static clamps.
-  const auto quantize_int = [&](float v) {
-    if (scale == 0.0f) return 0;
-    float q = rintf(divide(v));  // rintf: round half to even
+  // clamp(rne(v / s), ±qmax) in the low bits of the result (two's complement): adding
+  // 1.5 · 2^23 rounds a quotient below 2^22 to an integer, half to even, and leaves it in the
+  // low mantissa bits (the sum's exponent is fixed). Clamping the quotient before rounding is the
+  // same as after (the bounds are integers). A zero scale (a row of zeros) or a non-finite one
+  // (a NaN row) gives codes 0: `keep` masks them.
+  const uint32_t keep = kStatic || (scale > 0.0f && scale < INFINITY) ? ~0u : 0u;
+  const auto code = [&](float v) {
+    float q = divide(v);
     if constexpr (kStatic) q = fminf(fmaxf(q, -p.qmax), p.qmax);
-    return static_cast<int>(q);
+    return __float_as_uint(__fadd_rn(q, 12582912.0f));
   };
 
   constexpr int kQBytes = kQ == DType::s4 ? V / 2 : V;  // bytes of q per chunk
   auto* q_row = static_cast<uint8_t*>(p.q) +
                 (row.live ? m : 0) * (kQ == DType::s4 ? p.q_row_stride / 2 : p.q_row_stride);
   T* normed_row = static_cast<T*>(p.normed) + (row.live ? m : 0) * p.normed_row_stride;
-  row.visit([&](int64_t c, const float(&x)[V], int n) {
-    float y[V], v[V];
-    fuse(c, x, n, normalized, y, v);
+  row.visit([&](int c, uint4& chunk, int n) {
+    const uint4 y = norm && !normalized ? normalize(c, chunk, n) : chunk;
+    float v[V];
+    smoothed(c, y, n, v);
     Pack<uint8_t, kQBytes> q;
-    if constexpr (kQ == DType::s4) {
-#pragma unroll
-      for (int i = 0; i < V; i += 2)
-        q.v[i / 2] = static_cast<uint8_t>((quantize_int(v[i]) & 0xF) |
-                                          ((quantize_int(v[i + 1]) & 0xF) << 4));
-    } else if constexpr (kQ == DType::e4m3) {
+    if constexpr (kQ == DType::e4m3) {
 #pragma unroll
       for (int i = 0; i < V; i += 2) {
         const float2 pair = scale == 0.0f ? make_float2(0.0f, 0.0f)
@@ -415,16 +565,28 @@ __global__ void __launch_bounds__(kMaxThreads)
         q.v[i + 1] = static_cast<uint8_t>(f8 >> 8);
       }
     } else {
+      uint32_t t[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) q.v[i] = static_cast<uint8_t>(quantize_int(v[i]));
-    }
-    store<uint8_t, kQBytes>(q_row + c * kQBytes, q, kQ == DType::s4 ? n / 2 : n, plan.vectorized);
-    if (kFusions && p.normed != nullptr) {
-      Pack<T, V> out;
+      for (int i = 0; i < V; ++i) t[i] = code(v[i]);
+      uint32_t words[(kQBytes + 3) / 4];
+      if constexpr (kQ == DType::s4 && V == 8) {
+        words[0] = low_bytes(low_nibbles(t[0], t[1]), low_nibbles(t[2], t[3]),
+                             low_nibbles(t[4], t[5]), low_nibbles(t[6], t[7]));
+      } else if constexpr (kQ == DType::s4) {
+        words[0] = low_nibbles(t[0], t[1]) | low_nibbles(t[2], t[3]) << 8;
+      } else {
 #pragma unroll
-      for (int i = 0; i < V; ++i) out.v[i] = Elem<T>::from_f32(y[i]);
-      store<T, V>(normed_row + c * V, out, n, plan.vectorized);
+        for (int i = 0; i < V / 4; ++i)
+          words[i] = low_bytes(t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+      }
+#pragma unroll
+      for (int i = 0; i < (kQBytes + 3) / 4; ++i) words[i] &= keep;
+      memcpy(q.v, words, kQBytes);
     }
+    store<uint8_t, kQBytes>(q_row + int64_t{c} * kQBytes, q, kQ == DType::s4 ? n / 2 : n,
+                            plan.vectorized);
+    if (kFusions && p.normed != nullptr)
+      store_chunk<T>(normed_row + int64_t{c} * V, y, n, plan.vectorized);
   });
 }
 
@@ -511,18 +673,23 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
   plan.inv_k = 1.0 / static_cast<double>(a.k);
   plan.inv_qmax = 1.0 / static_cast<double>(a.qmax);
   const int64_t chunks = (a.k + plan.vec - 1) / plan.vec;
-  // Fused calls hold at most 4 chunks a thread: the plan measured (kernel file, limitation 4).
-  const bool fused = a.rms_weight.data != nullptr || a.smooth.data != nullptr;
-  const int64_t max_chunks =
-      std::clamp(options.max_chunks, 1, fused ? kMaxFusedChunks : kMaxChunks);
+  if (chunks > std::numeric_limits<int>::max())  // the kernel counts a row's chunks in an int
+    detail::fail(ErrorCode::invalid_argument,
+                 "nibble: quantize_activation: x has " + std::to_string(a.k) +
+                     " columns; at most " +
+                     std::to_string(int64_t{std::numeric_limits<int>::max()} * plan.vec) +
+                     " are supported");
+  const int64_t max_chunks = std::clamp(options.max_chunks, 1, kMaxChunks);
   // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
   // row's loads are then all in flight at once and its reductions span few warps.
   plan.threads_per_row = static_cast<int>(std::clamp<int64_t>(
       int64_t{1} << ceil_log2((chunks + max_chunks - 1) / max_chunks), 32, kMaxThreads));
   plan.chunks_per_thread =
       1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
+  plan.tpr_shift = ceil_log2(plan.threads_per_row);
   if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
     plan.threads_per_row = kMaxThreads;
+    plan.tpr_shift = ceil_log2(kMaxThreads);
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;
   } else {

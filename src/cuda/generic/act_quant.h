@@ -32,7 +32,8 @@ struct ActQuantArgs {
 /// elements); each thread of a row owns chunks lane, lane + threads_per_row, ...
 struct ActQuantPlan {
   int vec = 0;                ///< elements of x per chunk: 4 (f32) or 8 (f16 / bf16)
-  int threads_per_row = 0;    ///< 32 … 512, whole warps
+  int threads_per_row = 0;    ///< 32 … 512, whole warps, a power of two
+  int tpr_shift = 0;          ///< log2(threads_per_row)
   int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held in shared memory; 0: the row does not
                               ///< fit on chip and is streamed from global memory once per pass
   int rows_per_block = 0;
