@@ -130,15 +130,22 @@ __device__ __forceinline__ void load_channels(const Operand& t, int64_t k0, int 
   }
 }
 
-template <class U, int V>
-__device__ __forceinline__ void store(U* p, const Pack<U, V>& pk, int n, bool vectorized) {
-  if (vectorized && n == V) {
-    *reinterpret_cast<Pack<U, V>*>(p) = pk;
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < n) p[i] = pk.v[i];
+// One chunk's codes (kBytes, the first `bytes` of them valid) from their little-endian words.
+template <int kBytes>
+__device__ __forceinline__ void store_codes(uint8_t* p, const uint32_t (&w)[(kBytes + 3) / 4],
+                                            int bytes, bool vectorized) {
+  if (vectorized && bytes == kBytes) {
+    if constexpr (kBytes == 8)
+      *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    else if constexpr (kBytes == 4)
+      *reinterpret_cast<uint32_t*>(p) = w[0];
+    else
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(w[0]);
+    return;
   }
+#pragma unroll
+  for (int i = 0; i < kBytes; ++i)
+    if (i < bytes) p[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
 }
 
 // ---- 16-byte chunks of x ------------------------------------------------------------------------
@@ -184,6 +191,26 @@ __device__ __forceinline__ uint32_t pack2_rn(float lo, float hi) {
   } else {
     const __half2 h = __floats2half2_rn(lo, hi);
     memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+// The correctly rounded products of two pairs of T (no contraction into an FMA).
+template <class T>
+__device__ __forceinline__ uint32_t mul2_rn(uint32_t a, uint32_t b) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    const __nv_bfloat162 z = __hmul2_rn(x, y);
+    memcpy(&u, &z, 4);
+  } else {
+    __half2 x, y;
+    memcpy(&x, &a, 4);
+    memcpy(&y, &b, 4);
+    const __half2 z = __hmul2_rn(x, y);
+    memcpy(&u, &z, 4);
   }
   return u;
 }
@@ -259,6 +286,15 @@ __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
   return __vmaxu2(a, b);
 #endif
 }
+__device__ __forceinline__ uint32_t min_u16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t r;
+  asm("min.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+#else
+  return __vminu2(a, b);
+#endif
+}
 template <class T>
 __device__ __forceinline__ uint32_t magnitude_max(const uint4& c, uint32_t acc) {
 #pragma unroll
@@ -324,30 +360,28 @@ template <class T, bool kHeld>
 struct RowChunks {
   static constexpr int V = kVec<T>;
   const T* row;
-  int64_t k;
   int chunks;
+  int last_n;        // valid elements of the last chunk (every other chunk has V)
   int lane, stride;  // first chunk and chunk step of this thread
   bool live, vectorized;
   uint4* held;  // kHeld: this thread's slot for its chunk j is held[j * slot_step]
   int slot_step;
 
-  __device__ int valid(int c) const {
-    const int64_t left = k - int64_t{c} * V;
-    return left < V ? static_cast<int>(left) : V;
-  }
+  __device__ int valid(int c) const { return c == chunks - 1 ? last_n : V; }
 
   // Issues every load of this thread's chunks before waiting for any.
   __device__ void load() {
     if constexpr (kHeld) {
       if (live) {
         uint4* slot = held;
+        const T* src = row + lane * V;
 #pragma unroll 1
-        for (int c = lane; c < chunks; c += stride, slot += slot_step) {
+        for (int c = lane; c < chunks; c += stride, slot += slot_step, src += stride * V) {
           const int n = valid(c);
           if (vectorized && n == V)
-            ptx::cp_async_16(slot, row + int64_t{c} * V, true);
+            ptx::cp_async_16(slot, src, true);
           else
-            *slot = load_chunk(row + int64_t{c} * V, n, vectorized);
+            *slot = load_chunk(src, n, vectorized);
         }
       }
       ptx::cp_async_commit();
@@ -384,7 +418,7 @@ struct RowChunks {
 // kHeld: the row is held in shared memory (RowChunks). kFusions: the RMSNorm and smooth code is
 // compiled in (the instances for unfused calls leave it out: it is most of the kernel's code).
 template <class T, DType kQ, bool kStatic, bool kHeld, bool kFusions>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kMaxThreads, 1)
     act_quant_kernel(const ActQuantArgs p, const ActQuantPlan plan) {
   constexpr int V = kVec<T>;
   __shared__ uint32_t red_max[kMaxThreads / 32];
@@ -394,8 +428,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int64_t m = int64_t{blockIdx.x} * plan.rows_per_block + (threadIdx.x >> shift);
   RowChunks<T, kHeld> row;
   row.live = m < p.m;
-  row.k = p.k;
   row.chunks = static_cast<int>((p.k + V - 1) / V);
+  row.last_n = static_cast<int>(p.k - int64_t{row.chunks - 1} * V);
   row.lane = static_cast<int>(threadIdx.x & ((1u << shift) - 1));
   row.stride = 1 << shift;
   row.vectorized = plan.vectorized;
@@ -424,23 +458,21 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int e = amax != 0 && amax < 0x7F800000u ? frexp_exponent(__uint_as_float(amax)) : 0;
     const int d = plan.rms_bits - 2 * e;  // each term is rne(x² · 2^d)
     unsigned long long sum = 0;
-    if (amax != 0 && kPairs<T> && d >= -252 && d <= 254) {
-      // 16-bit x: (x · 2^⌊d/2⌋) · (x · 2^⌈d/2⌉) is x² · 2^d exactly in f32 (both factors are
-      // normal powers of two, the product has at most 22 significant bits and is below 2^62),
-      // unless a factor falls below 2^-126 — then the product is below 2^-251 and rounds to the
-      // term's 0 all the same. One rounding conversion to uint64 instead of two f64 conversions.
-      const float f_lo = pow2_f32(d >> 1), f_hi = pow2_f32(d - (d >> 1));
-      const auto term = [&](float x) {
-        return __float2ull_rn(__fmul_rn(__fmul_rn(x, f_lo), __fmul_rn(x, f_hi)));
-      };
+    if (amax != 0 && kPairs<T> && e >= -31 && e <= 64) {
+      // 16-bit x: RN(x · x) · 2^d is x² · 2^d exactly in f32 for these rows: x² has at most 22
+      // significant bits and is below 2^128, and 2^d (d ∈ [-86, 124]) is a normal power of two;
+      // an x² below 2^-126 (rounded) makes a product below 2^-2, which rounds to the term's 0 all
+      // the same. One uint64 conversion instead of two f64 conversions.
+      const float up = pow2_f32(d);
       row.visit([&](int, const uint4& c, int) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float2 x = unpack2<T>(word(c, j));
-          sum += term(x.x) + term(x.y);
+          sum += __float2ull_rn(__fmul_rn(__fmul_rn(x.x, x.x), up)) +
+                 __float2ull_rn(__fmul_rn(__fmul_rn(x.y, x.y), up));
         }
       });
-    } else if (amax != 0) {  // f32 x (x² needs f64), or a 16-bit row below 2^-96
+    } else if (amax != 0) {  // f32 x (x² needs f64), or a 16-bit row outside [2^-32, 2^64)
       const double up = pow2_f64(d);
       row.visit([&](int, const uint4& c, int) {
         float x[V];
@@ -459,18 +491,47 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 
   // y = round_T(round_T(x · r) · w) of one chunk (each product in f32; docs/formats.md §6.1).
+  // A weight of x's 16-bit dtype multiplies two elements an instruction (mul.rn.{bf16x2,f16x2}):
+  // the product of two T values is exact in f32, so T's correctly rounded product is the
+  // reference's rounding — except for bf16 products below 2^-126, which f32 rounds first (f16
+  // products never get there). A chunk with a bf16 result that small (or zero) is redone in f32.
+  // sm_90 only: with both paths ptxas spilled the sm_80 build, which keeps the f32 products.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool w_pairs = kPairs<T> && plan.vectorized && p.rms_weight.dtype == p.x.dtype;
+#else
+  constexpr bool w_pairs = false;
+#endif
   const auto normalize = [&](int c, const uint4& x, int n) {
-    float w[V];
-    load_channels<V>(p.rms_weight, int64_t{c} * V, n, plan.vectorized, 0.0f, w);
     uint4 y;
     if constexpr (kPairs<T>) {
+      uint4 a;  // round_T(x · r)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 xf = unpack2<T>(word(x, j));
-        const float2 a = unpack2<T>(pack2_rn<T>(__fmul_rn(xf.x, r), __fmul_rn(xf.y, r)));
-        set_word(y, j, pack2_rn<T>(__fmul_rn(a.x, w[2 * j]), __fmul_rn(a.y, w[2 * j + 1])));
+        set_word(a, j, pack2_rn<T>(__fmul_rn(xf.x, r), __fmul_rn(xf.y, r)));
+      }
+      if (w_pairs && n == V) {
+        const uint4 w =
+            *reinterpret_cast<const uint4*>(static_cast<const T*>(p.rms_weight.data) + int64_t{c} * V);
+        uint32_t least = 0xFFFFFFFFu;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          set_word(y, j, mul2_rn<T>(word(a, j), word(w, j)));
+          least = min_u16x2(least, word(y, j) & 0x7FFF7FFFu);
+        }
+        if (!std::is_same_v<T, __nv_bfloat16> || min(least & 0xFFFFu, least >> 16) > 0x0080u)
+          return y;
+      }
+      float w[V];
+      load_channels<V>(p.rms_weight, int64_t{c} * V, n, plan.vectorized, 0.0f, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 af = unpack2<T>(word(a, j));
+        set_word(y, j, pack2_rn<T>(__fmul_rn(af.x, w[2 * j]), __fmul_rn(af.y, w[2 * j + 1])));
       }
     } else {  // f32 x: the roundings to T are exact
+      float w[V];
+      load_channels<V>(p.rms_weight, int64_t{c} * V, n, plan.vectorized, 0.0f, w);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         set_word(y, j, __float_as_uint(__fmul_rn(__fmul_rn(__uint_as_float(word(x, j)), r), w[j])));
@@ -529,24 +590,25 @@ __global__ void __launch_bounds__(kMaxThreads)
   // ±256 · scale, past which the result saturates to ±127 anyway.
   const TokenDivider div = TokenDivider::make(scale);
   const float v_max = kStatic ? __fmul_rn(256.0f, div.s_unit) : INFINITY;
-  const auto divide = [&](float v) {
+  const auto scaled = [&](float v) {
     float vs = __fmul_rn(v, div.pow2);
     if constexpr (kStatic) vs = fminf(fmaxf(vs, -v_max), v_max);
-    return div.divide_scaled(vs);
+    return vs;
   };
   // clamp(rne(v / s), ±qmax) in the low bits of the result (two's complement): adding
   // 1.5 · 2^23 rounds a quotient below 2^22 to an integer, half to even, and leaves it in the
   // low mantissa bits (the sum's exponent is fixed). Clamping the quotient before rounding is the
-  // same as after (the bounds are integers). A zero scale (a row of zeros) or a non-finite one
-  // (a NaN row) gives codes 0: `keep` masks them.
+  // same as after (the bounds are integers), and the sign of a zero quotient does not matter. A
+  // zero scale (a row of zeros) or a non-finite one (a NaN row) gives codes 0: `keep` masks them.
   const uint32_t keep = kStatic || (scale > 0.0f && scale < INFINITY) ? ~0u : 0u;
   const auto code = [&](float v) {
-    float q = divide(v);
+    float q = div.divide_scaled_any_zero_sign(scaled(v));
     if constexpr (kStatic) q = fminf(fmaxf(q, -p.qmax), p.qmax);
     return __float_as_uint(__fadd_rn(q, 12582912.0f));
   };
 
   constexpr int kQBytes = kQ == DType::s4 ? V / 2 : V;  // bytes of q per chunk
+  constexpr int kQWords = (kQBytes + 3) / 4;
   auto* q_row = static_cast<uint8_t*>(p.q) +
                 (row.live ? m : 0) * (kQ == DType::s4 ? p.q_row_stride / 2 : p.q_row_stride);
   T* normed_row = static_cast<T*>(p.normed) + (row.live ? m : 0) * p.normed_row_stride;
@@ -554,37 +616,38 @@ __global__ void __launch_bounds__(kMaxThreads)
     const uint4 y = norm && !normalized ? normalize(c, chunk, n) : chunk;
     float v[V];
     smoothed(c, y, n, v);
-    Pack<uint8_t, kQBytes> q;
+    uint32_t q[kQWords];  // the chunk's codes, little-endian
     if constexpr (kQ == DType::e4m3) {
 #pragma unroll
-      for (int i = 0; i < V; i += 2) {
-        const float2 pair = scale == 0.0f ? make_float2(0.0f, 0.0f)
-                                          : make_float2(divide(v[i]), divide(v[i + 1]));
-        const __nv_fp8x2_storage_t f8 = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
-        q.v[i] = static_cast<uint8_t>(f8 & 0xFF);  // .x in the low byte
-        q.v[i + 1] = static_cast<uint8_t>(f8 >> 8);
+      for (int i = 0; i < V; i += 4) {
+        uint32_t pairs[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 two = scale == 0.0f ? make_float2(0.0f, 0.0f)
+                                           : make_float2(div.divide_scaled(scaled(v[i + 2 * h])),
+                                                         div.divide_scaled(scaled(v[i + 2 * h + 1])));
+          pairs[h] = __nv_cvt_float2_to_fp8x2(two, __NV_SATFINITE, __NV_E4M3);  // .x low
+        }
+        q[i / 4] = pairs[0] | pairs[1] << 16;
       }
     } else {
       uint32_t t[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) t[i] = code(v[i]);
-      uint32_t words[(kQBytes + 3) / 4];
       if constexpr (kQ == DType::s4 && V == 8) {
-        words[0] = low_bytes(low_nibbles(t[0], t[1]), low_nibbles(t[2], t[3]),
-                             low_nibbles(t[4], t[5]), low_nibbles(t[6], t[7]));
+        q[0] = low_bytes(low_nibbles(t[0], t[1]), low_nibbles(t[2], t[3]), low_nibbles(t[4], t[5]),
+                         low_nibbles(t[6], t[7]));
       } else if constexpr (kQ == DType::s4) {
-        words[0] = low_nibbles(t[0], t[1]) | low_nibbles(t[2], t[3]) << 8;
+        q[0] = low_nibbles(t[0], t[1]) | low_nibbles(t[2], t[3]) << 8;
       } else {
 #pragma unroll
-        for (int i = 0; i < V / 4; ++i)
-          words[i] = low_bytes(t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
+        for (int i = 0; i < V / 4; ++i) q[i] = low_bytes(t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]);
       }
 #pragma unroll
-      for (int i = 0; i < (kQBytes + 3) / 4; ++i) words[i] &= keep;
-      memcpy(q.v, words, kQBytes);
+      for (int i = 0; i < kQWords; ++i) q[i] &= keep;
     }
-    store<uint8_t, kQBytes>(q_row + int64_t{c} * kQBytes, q, kQ == DType::s4 ? n / 2 : n,
-                            plan.vectorized);
+    store_codes<kQBytes>(q_row + int64_t{c} * kQBytes, q, kQ == DType::s4 ? n / 2 : n,
+                         plan.vectorized);
     if (kFusions && p.normed != nullptr)
       store_chunk<T>(normed_row + int64_t{c} * V, y, n, plan.vectorized);
   });
