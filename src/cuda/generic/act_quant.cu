@@ -22,7 +22,7 @@
 // Operands: any row stride, K contiguous; s4 output packs element 2i in the low nibble.
 // Work split (ASCII below; docs/kernels.md "act_quant"): a row is cut into 16-byte chunks of
 // x; threads_per_row threads (whole warps) own chunks lane, lane + threads_per_row, ... and
-// copy up to 8 of them (4 when a fusion is on) into their own 16-byte slots of shared memory
+// copy up to 8 of them (the planner's choice by fusion, K and M) into their own slots of shared memory
 // (cp.async, no barrier: a thread reads back only its own slots), so x is read from global
 // memory once: the loads are all issued first, then the row's reductions (max |x|, Σ x²,
 // max |v| — warp shuffles, then one shared-memory step across the row's warps) and the
@@ -32,8 +32,13 @@
 // row and bound by instruction fetch (ncu on the H100, M = 1, K = 4096: 77% of the stall
 // cycles "no instruction"); the rolled shared-memory loops are 12 KB unfused and 58 KB fused,
 // and measured 1.05–2.6× faster in every cell of `nibble bench act-quant` (H100, 2026-11-23).
-// Longer rows (K > 32768 plain 16-bit, > 16384 plain f32 or fused 16-bit, > 8192 fused f32)
-// stream x from global memory once per pass instead (up to four; the row is then usually in L2).
+// Longer rows (K > 32768 for 16-bit x, > 16384 for f32) stream x from global memory once per
+// pass instead (up to four; the row is then usually in L2).
+// 16-bit x works on element pairs as stored: one cvt.rn.{bf16x2,f16x2}.f32 rounds two products
+// to T, one max.u16x2 takes two magnitudes, and on sm_90 a weight of x's dtype multiplies two
+// elements (mul.rn pairs). Integer codes come from adding 1.5·2^23 (the quotient rounded half to
+// even lands in the low mantissa bits), not rintf and a conversion. Per element the fused
+// RMSNorm path went from 75 to 35 instructions (ncu, H100, M = K = 4096).
 //
 //   block (rows_per_block = 2, threads_per_row = 128, chunks_per_thread = 4):
 //     threads   0..127  row m0   thread t: chunks t, t+128, t+256, t+384 of row m0
@@ -47,9 +52,9 @@
 // 2. rms_weight and smooth are re-read for every row (from L1/L2, not HBM).
 // 3. Non-finite x, a zero smooth[k] or a y that overflows T are not reported: such a row gets
 // a non-finite scale (NaN propagates through the max) — the CPU rejects them instead.
-// 4. A fused row holds at most 4 chunks a thread (the measured plan; 8 is untried since the
-// rows moved to shared memory), so a fused 14336-wide bf16 row fills a 512-thread block alone
-// (one row per SM) and rows past 16384 stream from global memory.
+// 4. A block holds its rows' loads and then works on them: the load latency is hidden only by
+// the other blocks on the SM (a persistent, double-buffered variant measured slower: its loop
+// raised registers to 64 and its second buffer halved the blocks that fit).
 // Verify: build/<preset>/tests/cpp/nibble_tests --gtest_filter='CudaActQuant*:CudaQuantize*'
 #include <cuda_runtime.h>
 
@@ -742,13 +747,35 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
                      " columns; at most " +
                      std::to_string(int64_t{std::numeric_limits<int>::max()} * plan.vec) +
                      " are supported");
-  const int64_t max_chunks = std::clamp(options.max_chunks, 1, kMaxChunks);
+  // Threads for a row of at most `most` chunks a thread, whole warps, a power of two.
+  const auto threads_for = [&](int64_t most) {
+    return static_cast<int>(std::clamp<int64_t>(
+        int64_t{1} << ceil_log2((chunks + most - 1) / most), 32, kMaxThreads));
+  };
+  // The measured choice (`nibble bench act-quant --sweep`, H100): plain rows hold 8 chunks a
+  // thread; fused ones (more work per chunk) 4, unless that takes more than 256 threads a row
+  // (K > 8192 for 16-bit x), where the reductions across 16 warps cost more than the longer
+  // chunk loops.
+  const bool fused = a.rms_weight.data != nullptr || a.smooth.data != nullptr;
+  const bool automatic = options.max_chunks <= 0;
+  const int64_t max_chunks = !automatic ? std::min(options.max_chunks, kMaxChunks)
+                             : fused && threads_for(4) <= 256 ? 4
+                                                               : kMaxChunks;
   // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
   // row's loads are then all in flight at once and its reductions span few warps.
-  plan.threads_per_row = static_cast<int>(std::clamp<int64_t>(
-      int64_t{1} << ceil_log2((chunks + max_chunks - 1) / max_chunks), 32, kMaxThreads));
+  plan.threads_per_row = threads_for(max_chunks);
   plan.chunks_per_thread =
       1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
+  // Few rows (under two fifths of the threads the GPU holds): more threads a row, fewer chunks
+  // each, so that each row's chain of passes is shorter — the call is then one wave, bound by
+  // a row's latency rather than by bandwidth (measured: M = 256 … 1024, K = 4096).
+  const int64_t gpu_threads = int64_t{sm_count} * 2048;
+  while (automatic && plan.chunks_per_thread > 1 && plan.threads_per_row < kMaxThreads &&
+         5 * a.m * plan.threads_per_row < 2 * gpu_threads) {
+    plan.threads_per_row *= 2;
+    plan.chunks_per_thread =
+        1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
+  }
   plan.tpr_shift = ceil_log2(plan.threads_per_row);
   if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
     plan.threads_per_row = kMaxThreads;

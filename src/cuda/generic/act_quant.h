@@ -55,7 +55,8 @@ ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& 
 /// What the planner aims for; the defaults are what the library runs (`nibble bench
 /// act-quant --sweep` times the alternatives).
 struct ActQuantPlanOptions {
-  int max_chunks = 8;       ///< chunks a thread holds at most (1, 2, 4 or 8)
+  int max_chunks = 0;       ///< chunks a thread holds at most (1, 2, 4 or 8); 0: the
+                            ///< planner's measured choice (by fusion, row length and M)
   int block_threads = 256;  ///< short rows share blocks of about this many threads
 };
 
