@@ -54,14 +54,23 @@ namespace nibble::detail {
 #define NIBBLE_DMUL(a, b) ((a) * (b))
 #endif
 
+/// divide_by_reciprocal up to the sign of a zero quotient (which can come out +0 for v = -0):
+/// for integer codes, to which ±0 are the same.
+NIBBLE_HOST_DEVICE inline float divide_by_reciprocal_any_zero_sign(float v, float s, float y) {
+#if defined(__CUDA_ARCH__)
+  const float q0 = __fmul_rn(v, y);
+#else
+  const float q0 = v * y;
+#endif
+  return NIBBLE_FMAF(NIBBLE_FMAF(-q0, s, v), y, q0);
+}
+
 /// RN(v / s) from y = RN(1 / s), for s ∈ [2^-22, 2) and |v / s| ≤ 2^14 (see above).
 NIBBLE_HOST_DEVICE inline float divide_by_reciprocal(float v, float s, float y) {
 #if defined(__CUDA_ARCH__)
-  const float q0 = __fmul_rn(v, y);
-  return copysignf(NIBBLE_FMAF(NIBBLE_FMAF(-q0, s, v), y, q0), v);
+  return copysignf(divide_by_reciprocal_any_zero_sign(v, s, y), v);
 #else
-  const float q0 = v * y;
-  return std::copysign(NIBBLE_FMAF(NIBBLE_FMAF(-q0, s, v), y, q0), v);
+  return std::copysign(divide_by_reciprocal_any_zero_sign(v, s, y), v);
 #endif
 }
 

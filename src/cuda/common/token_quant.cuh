@@ -64,8 +64,7 @@ struct TokenDivider {
   /// divide_scaled up to the sign of a zero quotient, one operation fewer: for integer codes,
   /// to which ±0 are the same.
   __device__ __forceinline__ float divide_scaled_any_zero_sign(float vs) const {
-    const float q0 = __fmul_rn(vs, s_inv);
-    return __fmaf_rn(__fmaf_rn(-q0, s_unit, vs), s_inv, q0);
+    return detail::divide_by_reciprocal_any_zero_sign(vs, s_unit, s_inv);
   }
   /// RN(v / scale) for a dynamic scale (|v / scale| ≤ qmax).
   __device__ __forceinline__ float divide(float v) const { return divide_scaled(__fmul_rn(v, pow2)); }

@@ -220,7 +220,7 @@ __device__ __forceinline__ uint32_t mul2_rn(uint32_t a, uint32_t b) {
   return u;
 }
 
-// The chunk's elements as f32 (exact), and V f32 values rounded to T as a chunk.
+// The chunk's elements as f32 (exact).
 template <class T>
 __device__ __forceinline__ void to_floats(const uint4& c, float (&x)[kVec<T>]) {
 #pragma unroll
@@ -234,15 +234,6 @@ __device__ __forceinline__ void to_floats(const uint4& c, float (&x)[kVec<T>]) {
     }
   }
 }
-template <class T>
-__device__ __forceinline__ uint4 from_floats(const float (&x)[kVec<T>]) {
-  uint4 c;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    set_word(c, j, kPairs<T> ? pack2_rn<T>(x[2 * j], x[2 * j + 1]) : __float_as_uint(x[j]));
-  return c;
-}
-
 // The bits of element i of p (n valid: the rest are +0).
 template <class T>
 __device__ __forceinline__ uint4 load_chunk(const T* p, int n, bool vectorized) {
