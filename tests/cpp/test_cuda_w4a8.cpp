@@ -259,6 +259,59 @@ TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
 }
 #endif
 
+// Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles and
+// stores each through a 32-token slab while its producer loads the next tile's stages. The
+// result must be the bytes one CTA per tile gives (NIBBLE_SM90_PERSISTENT=0) and match the
+// reference. Shapes (M, N, K): the last token tile partly past M (1000 in 256-token tiles, 300
+// in 128-token ones, its last slab partly filled), or one slab of a 64-token tile (M = 20); the
+// last channel tile partly past N; a K tail (352).
+TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
+  NIBBLE_REQUIRE_GPU();
+  if (w4a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w4a8_gemm (H100, sm_90a build)";
+  test::Rng rng;  // fresh seed, printed on failure
+  const ScopedEnv force("NIBBLE_W4A8_KERNEL", "sm90_w4a8_gemm");
+  const int64_t shapes[][3] = {{1000, 9000, 256}, {20, 34000, 128}, {300, 17000, 352}};
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (const char* format : {"w4a8_pc", "w4a8_g128_2level", "w4a8_pc_static"}) {
+      const LinearFormat f = parse_linear_format(format);
+      if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+      SCOPED_TRACE(std::string(format) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                   " K=" + std::to_string(k));
+      const std::string why = explain(f, m, n, k, Device::cuda());
+      ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
+      QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+      const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
+      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+      const Tensor bias_d = bias.to(Device::cuda());
+      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+      QuantizedActivation qa(f.act, m, k);
+      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
+      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
+      else quantize_activation(x.view(), qa.view());
+      Tensor ref = Tensor::empty(DType::bf16, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      Tensor got[2];
+      for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
+        const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
+        got[one_tile_per_cta] = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+        got[one_tile_per_cta].fill_bytes(0xFF);  // NaN: every element must be written
+        linear(qad.view(), wd.view(), &bias_dv, got[one_tile_per_cta].view());
+      }
+      synchronize(Device::cuda());
+      EXPECT_LE(rel_error(got[0], ref), kRelTolHalfOut);
+      EXPECT_TRUE(same_bytes(got[0], got[1]));
+    }
+    // The raw sums, bit for bit.
+    const Tensor a = test::random_int(DType::s8, m, k, rng);
+    const Tensor w = test::random_int(DType::s4, n, k, rng);
+    Tensor ref32 = Tensor::empty(DType::s32, {m, n});
+    gemm_s32(a.view(), w.view(), ref32.view());
+    EXPECT_TRUE(same_bytes(gpu_s32(a, pack_s4_matrix(w.view(), Device::cuda()), m, n), ref32));
+  }
+}
+
 TEST(CudaW4A8, RejectsMisalignedActivationsBeforeLaunch) {
   NIBBLE_REQUIRE_GPU();
   const int64_t m = 4, n = 64, k = 64;

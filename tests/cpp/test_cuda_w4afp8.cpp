@@ -168,6 +168,45 @@ TEST(CudaW4AFp8, SplitKMatchesTheReference) {
   }
 }
 
+// Grids of more tiles than SMs run persistent CTAs (sm90_w4a8_gemm's tile loop; see
+// CudaW4A8.Sm90PersistentTilesMatchOneTilePerCta): the same bytes as one CTA per tile, and the
+// reference's tolerance. The last token and channel tiles lie partly past M and N.
+TEST(CudaW4AFp8, PersistentTilesMatchOneTilePerCta) {
+  NIBBLE_REQUIRE_GPU();
+  if (!hopper_kernel_here()) GTEST_SKIP() << "sm90_w4afp8_gemm needs an sm_90a build on sm_90";
+  test::Rng rng;
+  const int64_t shapes[][3] = {{1000, 9000, 256}, {300, 17000, 384}};
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
+      SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m) + " N=" + std::to_string(n));
+      const LinearFormat f = parse_linear_format(name);
+      const std::string why = explain(f, m, n, k, Device::cuda());
+      ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
+      QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+      const Tensor bias_d = bias.to(Device::cuda());
+      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+      QuantizedActivation qa(f.act, m, k);
+      quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      Tensor ref = Tensor::empty(DType::f32, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      expect_matches(qad, wd, &bias_d, ref, "sm90_w4afp8_gemm");
+      Tensor got[2];
+      for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
+        const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
+        got[one_tile_per_cta] = Tensor::empty(DType::f32, {m, n}, Device::cuda());
+        got[one_tile_per_cta].fill_bytes(0xFF);
+        linear(qad.view(), wd.view(), &bias_dv, got[one_tile_per_cta].view());
+      }
+      synchronize(Device::cuda());
+      EXPECT_TRUE(same_bytes(got[0], got[1]));
+    }
+  }
+}
+
 TEST(CudaW4AFp8, ExplainNamesTheKernelThatRuns) {
   NIBBLE_REQUIRE_GPU();
   const std::string pc = explain(parse_linear_format("w4afp8_pc"), 512, 4096, 4096, Device::cuda());

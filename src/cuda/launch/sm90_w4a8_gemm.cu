@@ -32,16 +32,34 @@ namespace {
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
 // F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
-template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
+// P: persistent CTAs (the same stages; the output slab fits beside them). Every instance but
+// the int8-activation f32 group format has one: its consumers hold two accumulator sets and two
+// fragment sets, and the tile loop made ptxas spill (12 bytes at BM = 128, 13.0).
+template <W4A8Epilogue E, bool F8>
+constexpr bool kHasPersistent = !(E == W4A8Epilogue::group && !F8);
+
+template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false, bool P = false>
 struct Instance {
   static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E, W, F8>::kStageBytes;
   static constexpr int kStages = std::min(8, 204800 / kStageBytes);
-  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W, F8>;
+  using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W, F8, P>;
 };
 
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
 void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
-                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream, bool persistent) {
+  if (persistent) {
+    if constexpr (kHasPersistent<E, F8>) {
+      using Cfg = typename Instance<BM, E, W, F8, true>::Cfg;
+      constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
+      allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
+      NIBBLE_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    nibble::detail::fail(ErrorCode::internal,
+                         "sm90_w4a8_gemm: no persistent instance for this format");
+  }
   using Cfg = typename Instance<BM, E, W, F8>::Cfg;
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
@@ -58,12 +76,13 @@ void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorM
 
 template <W4A8Epilogue E>
 void launch_epilogue(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
-                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream,
+                     bool persistent) {
   switch (bm) {
-    case 64: return launch_instance<64, E>(a, w, g, p, grid, stream);
-    case 128: return launch_instance<128, E>(a, w, g, p, grid, stream);
+    case 64: return launch_instance<64, E>(a, w, g, p, grid, stream, persistent);
+    case 128: return launch_instance<128, E>(a, w, g, p, grid, stream, persistent);
     case 256:
-      if constexpr (E != W4A8Epilogue::group) return launch_instance<256, E>(a, w, g, p, grid, stream);
+      if constexpr (E != W4A8Epilogue::group) return launch_instance<256, E>(a, w, g, p, grid, stream, persistent);
       break;
   }
   nibble::detail::fail(ErrorCode::internal,
@@ -72,11 +91,12 @@ void launch_epilogue(int bm, const CUtensorMap& a, const CUtensorMap& w, const C
 
 template <W4A8Epilogue E>
 void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
-                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream,
+                     bool persistent) {
   switch (bm) {
-    case 64: return launch_instance<64, E, 8>(a, w, w, p, grid, stream);
-    case 128: return launch_instance<128, E, 8>(a, w, w, p, grid, stream);
-    case 256: return launch_instance<256, E, 8>(a, w, w, p, grid, stream);
+    case 64: return launch_instance<64, E, 8>(a, w, w, p, grid, stream, persistent);
+    case 128: return launch_instance<128, E, 8>(a, w, w, p, grid, stream, persistent);
+    case 256: return launch_instance<256, E, 8>(a, w, w, p, grid, stream, persistent);
   }
   nibble::detail::fail(ErrorCode::internal,
                        "sm90_w8a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
@@ -85,13 +105,14 @@ void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
 // fp8 activations: per channel (BM up to 256) or G = 128 group scales (BM ≤ 128: f32 running sums).
 template <W4A8Epilogue E>
 void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
-                         const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+                         const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream,
+                     bool persistent) {
   switch (bm) {
-    case 64: return launch_instance<64, E, 4, true>(a, w, g, p, grid, stream);
-    case 128: return launch_instance<128, E, 4, true>(a, w, g, p, grid, stream);
+    case 64: return launch_instance<64, E, 4, true>(a, w, g, p, grid, stream, persistent);
+    case 128: return launch_instance<128, E, 4, true>(a, w, g, p, grid, stream, persistent);
     case 256:
       if constexpr (E == W4A8Epilogue::per_channel)
-        return launch_instance<256, E, 4, true>(a, w, g, p, grid, stream);
+        return launch_instance<256, E, 4, true>(a, w, g, p, grid, stream, persistent);
       break;
   }
   nibble::detail::fail(ErrorCode::internal,
@@ -157,14 +178,19 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
 }
 
 namespace {
-// False when NIBBLE_SM90_MULTICAST=0 is set (for A/B measurements): no CTA pairs.
-bool sm90_multicast_allowed() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("NIBBLE_SM90_MULTICAST");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
-  return !disabled;
+// False when `name`=0 is set in the environment (for A/B measurements).
+bool allowed_by_env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
+// NIBBLE_SM90_MULTICAST=0: no CTA pairs.
+bool sm90_multicast_allowed() {
+  static const bool allowed = allowed_by_env("NIBBLE_SM90_MULTICAST");
+  return allowed;
+}
+// NIBBLE_SM90_PERSISTENT=0: one tile per CTA everywhere (read per call, so that tests can
+// compare the two on one shape).
+bool sm90_persistent_allowed() { return allowed_by_env("NIBBLE_SM90_PERSISTENT"); }
 }  // namespace
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
@@ -200,6 +226,13 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.multicast_a = weight_bits == 8 && t.splits == 1 && t.tiles_n >= 2 &&
                      int64_t{t.tiles_m} * t.tiles_n >= 2 * int64_t{sm_count} && clusters[2] > 0 &&
                      sm90_multicast_allowed();
+  // Persistent CTAs on unsplit, unpaired grids of more tiles than SMs: one CTA per SM walks
+  // the tiles, and the producer loads the next tile's first stages while the consumers store
+  // the last tile, which hides the pipeline fill and the CTA launch of every later tile.
+  best.persistent = t.splits == 1 && !best.multicast_a &&
+                    (a_e4m3 || epilogue != W4A8Epilogue::group) &&
+                    int64_t{t.tiles_m} * t.tiles_n > sm_count && sm90_persistent_allowed();
+  best.ctas = best.persistent ? sm_count : t.tiles_m * t.tiles_n * t.splits;
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3)
                                  : stages_of<64>(epilogue, weight_bits, a_e4m3);
@@ -221,6 +254,8 @@ std::string describe(const W4A8WgmmaPlan& plan) {
                                 (plan.cluster_split ? " in a cluster" : " through a workspace") +
                                 " (tiles alone would leave SMs idle)"
           : plan.multicast_a ? ", CTA pairs share the activation tile (TMA multicast)"
+          : plan.persistent  ? ", " + std::to_string(plan.ctas) +
+                                  " persistent CTAs (the next tile's loads overlap the epilogue)"
                              : "");
 }
 
@@ -278,39 +313,42 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.w_scale_dtype = l.w_scale_dtype;
   p.cluster_split = plan.cluster_split;
   p.multicast_a = plan.multicast_a;
+  p.tiles_m = plan.tiles_m;
+  p.tiles_n = plan.tiles_n;
   if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;
     p.counters = ws.counters;
   }
-  const dim3 grid = plan.multicast_a ? dim3(2 * plan.tiles_m, (plan.tiles_n + 1) / 2, 1)
-                                     : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
+  const dim3 grid = plan.persistent    ? dim3(plan.ctas, 1, 1)
+                    : plan.multicast_a ? dim3(2 * plan.tiles_m, (plan.tiles_n + 1) / 2, 1)
+                                       : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.a_e4m3) {
     if (l.epilogue == W4A8Epilogue::group)
-      return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
+      return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream, plan.persistent);
     return launch_epilogue_fp8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,
-                                                          stream);
+                                                          stream, plan.persistent);
   }
   if (l.weight_bits == 8) {
     if (l.epilogue == W4A8Epilogue::s32)
-      return launch_epilogue8<W4A8Epilogue::s32>(plan.bm, map_a, map_w, p, grid, stream);
+      return launch_epilogue8<W4A8Epilogue::s32>(plan.bm, map_a, map_w, p, grid, stream, plan.persistent);
     if (l.epilogue == W4A8Epilogue::per_channel)
-      return launch_epilogue8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, p, grid, stream);
+      return launch_epilogue8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, p, grid, stream, plan.persistent);
     nibble::detail::fail(ErrorCode::internal,
                          "sm90_w8a8_gemm: int8 weights have per-channel or s32 epilogues only");
   }
   switch (l.epilogue) {
     case W4A8Epilogue::s32:
-      return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream);
+      return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream, plan.persistent);
     case W4A8Epilogue::per_channel:
       return launch_epilogue<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,
-                                                        stream);
+                                                        stream, plan.persistent);
     case W4A8Epilogue::group:
-      return launch_epilogue<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
+      return launch_epilogue<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream, plan.persistent);
     case W4A8Epilogue::two_level:
       return launch_epilogue<W4A8Epilogue::two_level>(plan.bm, map_a, map_w, map_g, p, grid,
-                                                      stream);
+                                                      stream, plan.persistent);
   }
 }
 

@@ -22,6 +22,10 @@ struct W4A8WgmmaPlan {
   /// multicast, which halves its L2 traffic: unsplit 8-bit-weight plans of two or more waves
   /// with two or more channel tiles (plan_sm90_w4a8 says why).
   bool multicast_a = false;
+  /// Persistent CTAs: `ctas` (one per SM) walk the tiles of an unsplit, unpaired grid of more
+  /// tiles than SMs; otherwise one CTA per tile (per split).
+  bool persistent = false;
+  int ctas = 0;
   int weight_bits = 4;
   bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)
 };

@@ -133,9 +133,12 @@ struct W4A8WgmmaParams {
   // multicasts them to both, so every stage is released by both CTAs' consumers.
   bool multicast_a = false;
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
+  // The output tile grid (persistent instances walk it; the others read it off gridDim).
+  int tiles_m = 0, tiles_n = 0;
 };
 
-template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false>
+template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false,
+          bool PERSISTENT_ = false>
 struct W4A8WgmmaConfig {
   /// Weight bits: 4 (packed w4_mma_k128, register-sourced wgmma) or 8 (row-major s8 tile in
   /// shared memory, shared-memory-sourced wgmma).
@@ -174,10 +177,20 @@ struct W4A8WgmmaConfig {
   static constexpr int kOutPitch = BN + 4;
   static constexpr int kOutBytes = BM * kOutPitch * 4;
   static constexpr int kRingBytes = STAGES * kStageBytes;
-  static constexpr int kBarrierOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
+  /// Persistent CTAs (unsplit grids of more tiles than SMs): each CTA walks tiles
+  /// blockIdx.x, blockIdx.x + gridDim.x, ... and the producer keeps loading the next tile's
+  /// stages while the consumers store the last one, so the epilogue cannot reuse the ring: the
+  /// tile leaves through a buffer of kSlabTokens token rows after it.
+  static constexpr bool kPersistent = PERSISTENT_;
+  static constexpr int kSlabTokens = 32;
+  static constexpr int kSlabBytes = kSlabTokens * kOutPitch * 4;
+  static constexpr int kBarrierOffset = kPersistent             ? kRingBytes + kSlabBytes
+                                        : kRingBytes > kOutBytes ? kRingBytes
+                                                                 : kOutBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
   static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
   static_assert(!kGroupScales || BM <= 128, "f32 running sums need BM/2 more registers");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
 template <class Cfg>
@@ -195,17 +208,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + STAGES;
 
-  const bool multicast = p.multicast_a;
-  const int tiles_m = multicast ? gridDim.x / 2 : gridDim.x;
-  const int tiles_n = multicast ? 2 * gridDim.y : gridDim.y;
-  const TileCoord tile =
-      multicast ? pair_band_raster(blockIdx.x, blockIdx.y, tiles_m, gridDim.y)
-                : band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
-  const int tile_m = tile.m, tile_n = tile.n;
+  constexpr bool kPersistent = Cfg::kPersistent;
+  // Persistent CTAs are unsplit and unpaired (the launcher's plan says so).
+  const bool multicast = !kPersistent && p.multicast_a;
+  const int tiles_m = kPersistent ? p.tiles_m : multicast ? gridDim.x / 2 : gridDim.x;
+  const int tiles_n = kPersistent ? p.tiles_n : multicast ? 2 * gridDim.y : gridDim.y;
+  // The tiles this CTA computes: tile_seq = first_tile, first_tile + tile_stride, ... below
+  // tile_count, in band_raster order (one, numbered by the grid, when not persistent).
+  const int tile_count = kPersistent ? tiles_m * tiles_n : 1;
+  const int first_tile = kPersistent ? int(blockIdx.x) : 0;
+  const int tile_stride = kPersistent ? int(gridDim.x) : 1;
+  auto tile_at = [&](int tile_seq) -> TileCoord {
+    if (kPersistent) return band_raster(tile_seq, tiles_m, tiles_n);
+    return multicast ? pair_band_raster(blockIdx.x, blockIdx.y, tiles_m, gridDim.y)
+                     : band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
+  };
   const uint32_t pair_rank = multicast ? ptx::cluster_ctarank() : 0u;  // = blockIdx.x % 2
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int kb_begin = blockIdx.z * p.kblocks_per_split;
-  const int num_kb = min(p.kblocks - kb_begin, p.kblocks_per_split);
+  const int kb_begin = kPersistent ? 0 : blockIdx.z * p.kblocks_per_split;
+  const int num_kb = kPersistent ? p.kblocks : min(p.kblocks - kb_begin, p.kblocks_per_split);
 
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
@@ -230,8 +250,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ------------------------------------------------------------------------------
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
-      for (int it = 0; it < num_kb; ++it) {
-        const int s = it % STAGES, kb = kb_begin + it;
+      // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
+      for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
+      const TileCoord tile = tile_at(tile_seq);
+      const int m0 = tile.m * BM, n0 = tile.n * BN;
+      for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+        const int s = it % STAGES;
         if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
         uint8_t* stage = smem + s * Cfg::kStageBytes;
         ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
@@ -249,6 +273,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if constexpr (Cfg::kGBytes > 0)
           ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
       }
+      }
     }
     producer_passes_tile_barriers(p.cluster_split);
     if (multicast) ptx::cluster_sync();  // the consumers' last barrier, below
@@ -261,6 +286,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
+  int kb_done = 0;  // K blocks consumed for this CTA's earlier tiles: the ring position
+  for (int tile_seq = first_tile; tile_seq < tile_count; tile_seq += tile_stride) {
+  const TileCoord tile = tile_at(tile_seq);
+  const int tile_m = tile.m, tile_n = tile.n;
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
   // The per-token scale of token row tid - 128 of the tile, loaded now so that its latency hides
   // behind the main loop; the epilogue shares the BM of them through shared memory.
   const int scale_row = tid - 128;
@@ -283,8 +313,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // fragments of the block's four k32 steps; int8 weights need none, wgmma reads them from
   // shared memory). Returns the stage.
   auto decode_block = [&](int it, uint32_t (&frag)[4][4]) {
-    const int s = it % STAGES;
-    ptx::mbarrier_wait(&full[s], (it / STAGES) & 1);
+    const int ring_it = kb_done + it;
+    const int s = ring_it % STAGES;
+    ptx::mbarrier_wait(&full[s], (ring_it / STAGES) & 1);
     const uint8_t* w_sh = smem + s * Cfg::kStageBytes + Cfg::kABytes;
     if constexpr (!Cfg::kW8) {
       const uint8_t* g_sh = w_sh + Cfg::kWBytes;
@@ -384,6 +415,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
     run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
   }
+  kb_done += num_kb;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
   // Multicast: the other CTA may still arrive on this CTA's `empty` barriers, so neither leaves
@@ -397,23 +429,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
   // (H100, 2026-11-24).
   __shared__ float tile_a_scales[BM];
-  if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
-  // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
-  // can be reused for the output tile once both consumer warpgroups are done reading it. The
-  // tile goes to shared memory raw (int32 bits, or the group format's f32 sums), transposed to
-  // token rows; the scales are applied on the way out, after any split-K reduction, so a split
-  // result equals the unsplit one exactly.
-  {
+  // The tile goes to shared memory raw (int32 bits, or the group format's f32 sums),
+  // transposed to token rows; the scales are applied on the way out, after any split-K
+  // reduction, so a split result equals the unsplit one exactly.
+  auto raw_of = [&](int i) -> uint32_t {
+    // fp8: the weights were v·2⁻⁹; ×2⁹ is exact.
+    if constexpr (Cfg::kFp8 && Cfg::kGroupScales) return __float_as_uint(facc[i] * kE4m3WeightScale);
+    else if constexpr (Cfg::kFp8) return __float_as_uint(float(acc[i]) * kE4m3WeightScale);
+    else if constexpr (Cfg::kGroupScales) return __float_as_uint(facc[i]);
+    else return uint32_t(acc[i]);
+  };
+  if constexpr (!kPersistent) {
+    // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
+    // can be reused for the output tile once both consumer warpgroups are done reading it.
+    if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
     uint32_t raw[kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      // fp8: the weights were v·2⁻⁹; ×2⁹ is exact.
-      if constexpr (Cfg::kFp8 && Cfg::kGroupScales)
-        raw[i] = __float_as_uint(facc[i] * kE4m3WeightScale);
-      else if constexpr (Cfg::kFp8) raw[i] = __float_as_uint(float(acc[i]) * kE4m3WeightScale);
-      else if constexpr (Cfg::kGroupScales) raw[i] = __float_as_uint(facc[i]);
-      else raw[i] = uint32_t(acc[i]);
-    }
+    for (int i = 0; i < kAcc; ++i) raw[i] = raw_of(i);
     write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
   }
 
@@ -462,10 +494,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
 
-  store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
-      smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
-      p.cluster_split, store_row);
+  if constexpr (kPersistent) {
+    // The producer is filling the ring with the next tile's stages: out through the slab.
+    store_tile_by_slabs<BM, kAcc, Cfg::kOutPitch, Cfg::kSlabTokens>(
+        smem + Cfg::kRingBytes, tid, ch_local, c, m0, p.m, col < p.n, raw_of,
+        [&] {  // the previous tile's rows are stored: its scales may be overwritten
+          if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
+        },
+        store_row);
+  } else {
+    store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
+        smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
+        p.cluster_split, store_row);
+  }
   if (multicast) ptx::cluster_wait();
+  }  // tile_seq
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();

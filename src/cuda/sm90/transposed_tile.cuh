@@ -47,6 +47,41 @@ __device__ __forceinline__ void write_transposed_tile(uint8_t* smem, const uint3
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
 }
 
+/// The persistent kernels' epilogue (sm90_w4a8_gemm with Cfg::kPersistent): the ring keeps
+/// filling with the next tile's stages, so the unsplit tile leaves through `slab`, a buffer of
+/// kSlab token rows (pitch kOutPitch words) after the ring, kSlab tokens at a time: the 256
+/// consumer threads write the slab's accumulators (raw_of(i), the ones whose token falls in it)
+/// between two barriers, then each warp stores whole token rows as store_transposed_tile does.
+/// at_start() runs after the first barrier, when every consumer has stored the previous tile.
+template <int BM, int kAcc, int kOutPitch, int kSlab, class RawOf, class AtStart, class StoreRow>
+__device__ __forceinline__ void store_tile_by_slabs(uint8_t* slab, int tid, int ch_local, int c,
+                                                    int m0, int m, bool col_ok, RawOf&& raw_of,
+                                                    AtStart&& at_start, StoreRow&& store_row) {
+  static_assert(BM % kSlab == 0 && kSlab % 8 == 0, "slabs of whole 8-token accumulator rows");
+  constexpr int kAccPerSlab = kAcc * kSlab / BM;  // accumulators i with 8·(i/4) in the slab
+  uint32_t* out_sh = reinterpret_cast<uint32_t*>(slab);
+  const int lane = tid % 32, cwarp = (tid - 128) / 32;  // 0..7
+#pragma unroll
+  for (int sl = 0; sl < BM / kSlab; ++sl) {
+    if (m0 + sl * kSlab >= m) break;  // the same for every consumer thread
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the slab's last rows are stored
+    if (sl == 0) at_start();
+#pragma unroll
+    for (int j = 0; j < kAccPerSlab; ++j) {
+      const int i = sl * kAccPerSlab + j;
+      const int tok = 8 * (j / 4) + 2 * c + (i & 1);
+      const int ch = ch_local + ((i & 2) ? 8 : 0);
+      out_sh[tok * kOutPitch + ch] = raw_of(i);
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    for (int r = cwarp; r < kSlab && m0 + sl * kSlab + r < m; r += 8) {
+      if (!col_ok) continue;
+      const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * kOutPitch + 4 * lane);
+      store_row(m0 + sl * kSlab + r, {t.x, t.y, t.z, t.w});
+    }
+  }
+}
+
 /// Stores four adjacent outputs i0..i0+3 (only the first `count` when fewer remain): one
 /// 8- or 16-byte vector when `vec_ok`.
 __device__ __forceinline__ void store_float4(void* d, DType dtype, int64_t i0, const float (&v)[4],
