@@ -164,12 +164,14 @@ TEST(CudaW8A8, OddKAndStridedRowsRunTheFallbackWithTheSameResults) {
 }
 
 // Unsplit sm90 plans of two or more waves of tiles run CTA pairs that share the activation tile
-// (each loads half its token rows by TMA multicast into both CTAs' shared memory).
+// (each loads half its token rows by TMA multicast into both CTAs' shared memory), and those
+// persistent: each pair walks pair tiles. The output bytes must not depend on either (pairs
+// with one tile per CTA, persistent CTAs unpaired, neither).
 TEST(CudaW8A8, Sm90CtaPairsSharingTheActivationTileMatchTheReference) {
   NIBBLE_REQUIRE_GPU();
   if (w8a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w8a8_gemm (H100, sm_90a build)";
-  if (const char* v = std::getenv("NIBBLE_SM90_MULTICAST"); v != nullptr && std::string(v) == "0")
-    GTEST_SKIP() << "NIBBLE_SM90_MULTICAST=0";
+  const ScopedEnv pairs("NIBBLE_SM90_MULTICAST", "1");
+  const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", "1");
   test::Rng rng;  // fresh seed, printed on failure
   const LinearFormat f = parse_linear_format("w8a8");
   // (M, N, K): an odd number of channel tiles (the last pair's second CTA lies past N); a last
@@ -181,6 +183,7 @@ TEST(CudaW8A8, Sm90CtaPairsSharingTheActivationTileMatchTheReference) {
     SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
     const std::string why = explain(f, m, n, k, Device::cuda());
     ASSERT_NE(why.find("TMA multicast"), std::string::npos) << why;
+    ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
     QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
     QuantizedActivation qa(f.act, m, k);
     quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
@@ -188,9 +191,20 @@ TEST(CudaW8A8, Sm90CtaPairsSharingTheActivationTileMatchTheReference) {
     linear(qa.view(), qw.view(), nullptr, ref.view());
     Tensor got = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
     got.fill_bytes(0xFF);  // NaN: every element must be written
-    linear(qa.to(Device::cuda()).view(), qw.to(Device::cuda()).view(), nullptr, got.view());
+    const QuantizedActivation qad = qa.to(Device::cuda());
+    const QuantizedWeight qwd = qw.to(Device::cuda());
+    linear(qad.view(), qwd.view(), nullptr, got.view());
     synchronize(Device::cuda());
     EXPECT_LE(rel_error(got, ref), kRelTolHalfOut);
+    for (const char* off : {"NIBBLE_SM90_PERSISTENT", "NIBBLE_SM90_MULTICAST"}) {
+      SCOPED_TRACE(std::string(off) + "=0");
+      const ScopedEnv variant(off, "0");
+      Tensor other = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+      other.fill_bytes(0xFF);
+      linear(qad.view(), qwd.view(), nullptr, other.view());
+      synchronize(Device::cuda());
+      EXPECT_TRUE(same_bytes(other, got));
+    }
     // The raw sums, bit for bit.
     const Tensor a = test::random_int(DType::s8, m, k, rng);
     const Tensor w = test::random_int(DType::s8, n, k, rng);

@@ -53,6 +53,11 @@ void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorM
       using Cfg = typename Instance<BM, E, W, F8, true>::Cfg;
       constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
       allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+      if (p.multicast_a) {  // persistent CTA pairs
+        launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
+                           dim3(2, 1, 1), a, w, g, p);
+        return;
+      }
       kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
       NIBBLE_CUDA_CHECK_LAUNCH();
       return;
@@ -183,13 +188,9 @@ bool allowed_by_env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
-// NIBBLE_SM90_MULTICAST=0: no CTA pairs.
-bool sm90_multicast_allowed() {
-  static const bool allowed = allowed_by_env("NIBBLE_SM90_MULTICAST");
-  return allowed;
-}
-// NIBBLE_SM90_PERSISTENT=0: one tile per CTA everywhere (read per call, so that tests can
-// compare the two on one shape).
+// NIBBLE_SM90_MULTICAST=0: no CTA pairs. NIBBLE_SM90_PERSISTENT=0: one tile per CTA
+// everywhere. Read per call, so that tests can compare the variants on one shape.
+bool sm90_multicast_allowed() { return allowed_by_env("NIBBLE_SM90_MULTICAST"); }
 bool sm90_persistent_allowed() { return allowed_by_env("NIBBLE_SM90_PERSISTENT"); }
 }  // namespace
 
@@ -226,13 +227,15 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.multicast_a = weight_bits == 8 && t.splits == 1 && t.tiles_n >= 2 &&
                      int64_t{t.tiles_m} * t.tiles_n >= 2 * int64_t{sm_count} && clusters[2] > 0 &&
                      sm90_multicast_allowed();
-  // Persistent CTAs on unsplit, unpaired grids of more tiles than SMs: one CTA per SM walks
-  // the tiles, and the producer loads the next tile's first stages while the consumers store
+  // Persistent CTAs on unsplit grids of more tiles than SMs: one CTA per SM walks the tiles, and the producer loads the next tile's first stages while the consumers store
   // the last tile, which hides the pipeline fill and the CTA launch of every later tile.
-  best.persistent = t.splits == 1 && !best.multicast_a &&
-                    (a_e4m3 || epilogue != W4A8Epilogue::group) &&
+  // Pairs then walk pair tiles: as many pairs as the GPU holds clusters of two at once.
+  best.persistent = t.splits == 1 && (a_e4m3 || epilogue != W4A8Epilogue::group) &&
                     int64_t{t.tiles_m} * t.tiles_n > sm_count && sm90_persistent_allowed();
-  best.ctas = best.persistent ? sm_count : t.tiles_m * t.tiles_n * t.splits;
+  const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
+  best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
+              : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
+                                 : sm_count;
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3)
                                  : stages_of<64>(epilogue, weight_bits, a_e4m3);
@@ -253,10 +256,11 @@ std::string describe(const W4A8WgmmaPlan& plan) {
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
                                 (plan.cluster_split ? " in a cluster" : " through a workspace") +
                                 " (tiles alone would leave SMs idle)"
-          : plan.multicast_a ? ", CTA pairs share the activation tile (TMA multicast)"
-          : plan.persistent  ? ", " + std::to_string(plan.ctas) +
-                                  " persistent CTAs (the next tile's loads overlap the epilogue)"
-                             : "");
+          : std::string(plan.multicast_a ? ", CTA pairs share the activation tile (TMA multicast)"
+                                         : "") +
+                (plan.persistent ? ", " + std::to_string(plan.ctas) +
+                                       " persistent CTAs (the next tile's loads overlap the epilogue)"
+                                 : ""));
 }
 
 void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {

@@ -209,18 +209,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* empty = full + STAGES;
 
   constexpr bool kPersistent = Cfg::kPersistent;
-  // Persistent CTAs are unsplit and unpaired (the launcher's plan says so).
-  const bool multicast = !kPersistent && p.multicast_a;
+  // Persistent CTAs are unsplit (the launcher's plan says so).
+  const bool multicast = p.multicast_a;
   const int tiles_m = kPersistent ? p.tiles_m : multicast ? gridDim.x / 2 : gridDim.x;
   const int tiles_n = kPersistent ? p.tiles_n : multicast ? 2 * gridDim.y : gridDim.y;
+  const int pair_columns = (tiles_n + 1) / 2;
   // The tiles this CTA computes: tile_seq = first_tile, first_tile + tile_stride, ... below
   // tile_count, in band_raster order (one, numbered by the grid, when not persistent).
-  const int tile_count = kPersistent ? tiles_m * tiles_n : 1;
-  const int first_tile = kPersistent ? int(blockIdx.x) : 0;
-  const int tile_stride = kPersistent ? int(gridDim.x) : 1;
+  // Persistent CTA pairs walk pair tiles (both CTAs the same sequence, so their rings stay in
+  // step), and CTA blockIdx.x % 2 of the pair takes the pair tile's channel tile of that parity.
+  const int tile_count = !kPersistent ? 1 : multicast ? tiles_m * pair_columns : tiles_m * tiles_n;
+  const int first_tile = !kPersistent ? 0 : multicast ? int(blockIdx.x / 2) : int(blockIdx.x);
+  const int tile_stride = !kPersistent ? 1 : multicast ? int(gridDim.x / 2) : int(gridDim.x);
   auto tile_at = [&](int tile_seq) -> TileCoord {
-    if (kPersistent) return band_raster(tile_seq, tiles_m, tiles_n);
-    return multicast ? pair_band_raster(blockIdx.x, blockIdx.y, tiles_m, gridDim.y)
+    if (kPersistent)
+      return multicast ? pair_band_raster(2 * tile_seq + (blockIdx.x & 1), 0, tiles_m, pair_columns)
+                       : band_raster(tile_seq, tiles_m, tiles_n);
+    return multicast ? pair_band_raster(blockIdx.x, blockIdx.y, tiles_m, pair_columns)
                      : band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
   };
   const uint32_t pair_rank = multicast ? ptx::cluster_ctarank() : 0u;  // = blockIdx.x % 2
@@ -419,8 +424,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
   // Multicast: the other CTA may still arrive on this CTA's `empty` barriers, so neither leaves
-  // before both have passed their main loops (the wait is at the end, after the epilogue).
-  if (multicast) ptx::cluster_arrive();
+  // before both have passed their last main loop (the wait is at the end, after the epilogue).
+  if (multicast && tile_seq + tile_stride >= tile_count) ptx::cluster_arrive();
 
   // ---- epilogue ----------------------------------------------------------------------------------
   // The tile's per-token scales go to shared memory (loaded before the main loop, one per
@@ -507,8 +512,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
         p.cluster_split, store_row);
   }
-  if (multicast) ptx::cluster_wait();
   }  // tile_seq
+  if (multicast) ptx::cluster_wait();
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
