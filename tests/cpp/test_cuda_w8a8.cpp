@@ -163,10 +163,10 @@ TEST(CudaW8A8, OddKAndStridedRowsRunTheFallbackWithTheSameResults) {
   EXPECT_LE(rel_error(got, ref), kRelTolF32Out);
 }
 
-// Unsplit sm90 plans of two or more waves of tiles run CTA pairs that share the activation tile
-// (each loads half its token rows by TMA multicast into both CTAs' shared memory), and those
-// persistent: each pair walks pair tiles. The output bytes must not depend on either (pairs
-// with one tile per CTA, persistent CTAs unpaired, neither).
+// On request (NIBBLE_SM90_MULTICAST=1), unsplit sm90 plans of two or more waves of tiles run CTA
+// pairs that share the activation tile (each loads half its token rows by TMA multicast into
+// both CTAs' shared memory), and those persistent: each pair walks pair tiles. The output bytes
+// must not depend on either (pairs with one tile per CTA, persistent CTAs unpaired).
 TEST(CudaW8A8, Sm90CtaPairsSharingTheActivationTileMatchTheReference) {
   NIBBLE_REQUIRE_GPU();
   if (w8a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w8a8_gemm (H100, sm_90a build)";

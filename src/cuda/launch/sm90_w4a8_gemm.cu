@@ -183,15 +183,15 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
 }
 
 namespace {
-// False when `name`=0 is set in the environment (for A/B measurements).
-bool allowed_by_env(const char* name) {
+// The value of environment variable `name` is `value`.
+bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return v != nullptr && std::strcmp(v, value) == 0;
 }
-// NIBBLE_SM90_MULTICAST=0: no CTA pairs. NIBBLE_SM90_PERSISTENT=0: one tile per CTA
-// everywhere. Read per call, so that tests can compare the variants on one shape.
-bool sm90_multicast_allowed() { return allowed_by_env("NIBBLE_SM90_MULTICAST"); }
-bool sm90_persistent_allowed() { return allowed_by_env("NIBBLE_SM90_PERSISTENT"); }
+// Measurement knobs, read per call so that tests can compare the variants on one shape:
+// NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA.
+bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
+bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 }  // namespace
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
@@ -219,14 +219,15 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.splits = t.splits;
   best.kblocks_per_split = t.kblocks_per_split;
   best.cluster_split = t.cluster_split;
-  // CTA pairs sharing the activation tile: 8-bit weights on grids of two waves or more, where
-  // they measured 1.00–1.08× unpaired (seven of eight such bench cells; 28672×4096 at M = 4096
-  // 0.99×). Elsewhere pairs measured 0.87–1.04× (the int4 weight tile is half as large, so
-  // activations are a smaller share of the L2 traffic, and a pair's CTAs wait for each other's
-  // consumers before a stage is refilled). H100, 2026-11-24, docs/kernels.md.
+  // CTA pairs sharing the activation tile, only on request (NIBBLE_SM90_MULTICAST=1), for
+  // 8-bit weights on grids of two waves or more. With one tile per CTA they measured 1.00–1.08×
+  // unpaired there (2026-11-24); persistent CTAs unpaired beat them, and persistent pairs too:
+  // W8A8 at M = 1024, persistent pairs against persistent alone, 6144×4096 51.2 against 42.7 µs,
+  // 10240×8192 147 against 121, 28672×4096 181 against 172; at M = 4096 level (H100,
+  // 2026-11-25, docs/kernels.md). Int4 weights measured 0.87–1.04× with pairs.
   best.multicast_a = weight_bits == 8 && t.splits == 1 && t.tiles_n >= 2 &&
                      int64_t{t.tiles_m} * t.tiles_n >= 2 * int64_t{sm_count} && clusters[2] > 0 &&
-                     sm90_multicast_allowed();
+                     sm90_multicast_requested();
   // Persistent CTAs on unsplit grids of more tiles than SMs: one CTA per SM walks the tiles, and the producer loads the next tile's first stages while the consumers store
   // the last tile, which hides the pipeline fill and the CTA launch of every later tile.
   // Pairs then walk pair tiles: as many pairs as the GPU holds clusters of two at once.
