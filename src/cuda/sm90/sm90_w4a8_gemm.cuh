@@ -57,8 +57,13 @@
 //   and release the stage (`empty` barrier, one arrival per consumer warp).
 //   setmaxnreg moves registers from the producer (40) to the consumers (232): a consumer holds
 //   BM/2 int32 accumulators (+ BM/2 f32 for the group format).
-//   CTA pairs (p.multicast_a; the launcher uses them for 8-bit weights on grids of two waves or
-//   more): two CTAs of a (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
+//   Persistent CTAs (Cfg::kPersistent; the launcher's choice for unsplit grids of more tiles
+//   than SMs): one CTA per SM walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in band_raster
+//   order. The producer runs on into the next tile's K blocks (the ring position counts over
+//   all tiles), so while the consumers store one tile the next one's first stages land; the
+//   tile leaves through a 32-token slab after the ring (store_tile_by_slabs), not the ring.
+//   CTA pairs (p.multicast_a; 8-bit weights on grids of two waves or more, only when
+//   NIBBLE_SM90_MULTICAST=1 asks: persistent CTAs unpaired measured faster): two CTAs of a (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
 //   each producer loads half the activation tile's rows with one TMA multicast into both CTAs'
 //   stage, so L2 serves each activation tile once per pair. A stage is then refilled only when
 //   the consumers of both CTAs have released it (16 arrivals on `empty`, half of them remote),
@@ -84,8 +89,10 @@
 //      every tile's cluster fits in one wave; the partial tiles are summed over distributed
 //      shared memory), or go through a workspace of splits·M·N 4-byte partials and a per-tile
 //      counter, the last CTA of a tile reducing; both sum in split order (deterministic).
-//   4. One output tile per CTA (no persistent scheduler): the epilogue of one tile does not
-//      overlap the main loop of the next.
+//   4. Persistent CTAs hide the next tile's pipeline fill behind the epilogue, not the
+//      epilogue itself: the consumers hold one accumulator set, so the tensor cores wait while
+//      they store a tile. Split grids and the int8-activation f32 group format (its tile loop
+//      spilled) keep one tile per CTA.
 //   5. 8-bit weights: per-channel and s32 epilogues only.
 //   6. fp8 activations: int4 s4_sym weights, per channel or G = 128 (BM ≤ 128: the block sums
 //      and the running sums are two accumulator sets, and every K block's wgmma is waited for
