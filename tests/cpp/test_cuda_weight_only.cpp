@@ -132,6 +132,58 @@ INSTANTIATE_TEST_SUITE_P(
              to_string(p.param.out);
     });
 
+// Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles and
+// stores each through the stage of its last K block (half a tile at a time) while the producer
+// loads the next tile. The result must be the bytes of one CTA per tile
+// (NIBBLE_SM90_PERSISTENT=0) and match the reference, at every token tile; the last token and
+// channel tiles lie partly past M and N.
+TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
+  NIBBLE_REQUIRE_GPU();
+  if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
+  test::Rng rng;  // fresh seed, printed on failure
+  struct Shape {
+    int64_t m, n, k;
+    const char* bm;
+  };
+  const Shape shapes[] = {{100, 9000, 384, "64"}, {1000, 4200, 256, "128"}, {300, 9000, 384, "256"}};
+  const Case cases[] = {{"w4a16_pc", DType::bf16, DType::f32},
+                        {"w4a16_g128", DType::bf16, DType::bf16},
+                        {"w4a16_g32_asym", DType::f16, DType::f32},
+                        {"w4a16_g128_fzp", DType::bf16, DType::bf16},
+                        {"w8a16", DType::f16, DType::f16},
+                        {"w8a16_g128", DType::bf16, DType::bf16}};
+  const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
+  for (const Shape& sh : shapes) {
+    const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
+    for (const Case& c : cases) {
+      const LinearFormat f = parse_linear_format(c.format);
+      SCOPED_TRACE(std::string(c.format) + " M=" + std::to_string(sh.m) + " N=" +
+                   std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " BM=" + sh.bm);
+      const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
+      ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
+      QuantizedWeight qw = test::random_quantized_weight(f.weight, sh.n, sh.k, rng);
+      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+      const Tensor bias = test::random_normal(DType::bf16, 1, sh.n, rng);
+      const Tensor bias_d = bias.to(Device::cuda());
+      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+      const Tensor x = test::random_activations(c.x, sh.m, sh.k, rng);
+      Tensor ref = Tensor::empty(c.out, {sh.m, sh.n});
+      linear(x.view(), qw.view(), &bias_v, ref.view());
+      const Tensor xd = x.to(Device::cuda());
+      Tensor got[2];
+      for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
+        const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
+        got[one_tile_per_cta] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
+        got[one_tile_per_cta].fill_bytes(0xFF);  // NaN: every element must be written
+        linear(xd.view(), wd.view(), &bias_dv, got[one_tile_per_cta].view());
+      }
+      synchronize(Device::cuda());
+      EXPECT_LE(rel_error(got[0], ref), tolerance(f, c.x, c.out));
+      EXPECT_TRUE(same_bytes(got[0], got[1]));
+    }
+  }
+}
+
 TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
   NIBBLE_REQUIRE_GPU();
   // Per channel with unit scales the kernel computes Σ x·v exactly in f32 for small integer x:

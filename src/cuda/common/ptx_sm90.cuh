@@ -22,6 +22,12 @@ __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+/// Orders this thread's earlier generic-proxy accesses to shared memory before later async-proxy
+/// ones (TMA): needed before a stage written with st.shared is handed back to TMA loads.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 /// Arrives once and announces `bytes` of transactions (TMA copies) the phase must also wait for.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),

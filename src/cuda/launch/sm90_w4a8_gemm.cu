@@ -191,8 +191,9 @@ bool env_is(const char* name, const char* value) {
 // Measurement knobs, read per call so that tests can compare the variants on one shape:
 // NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA.
 bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
-bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 }  // namespace
+
+bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
                              int device, int weight_bits, bool a_e4m3) {

@@ -42,6 +42,10 @@ bool sm90_w4a8_handles(sm80::W4A8Epilogue epilogue, int group, bool a_e4m3 = fal
 /// this is the GPU's answer for both: how many clusters of s SMs its GPCs hold. Cached.
 std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device);
 
+/// False when NIBBLE_SM90_PERSISTENT=0 is set (a measurement knob, read per call): the wgmma
+/// GEMMs (this family and sm90_weight_only_gemm) then run one tile per CTA everywhere.
+bool sm90_persistent_allowed();
+
 /// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
                              sm80::W4A8Epilogue epilogue, int device, int weight_bits = 4,

@@ -30,13 +30,14 @@ namespace {
 // Instances: BM tokens per tile; as many stages as fit in the 227 KB of shared memory a Hopper
 // block may opt into, at most 6: 4-6 at BM <= 128, 3 at BM = 256 (2 for 4-bit g32 with zeros).
 constexpr int kMaxDynamicSmemBytes = 232448;
-template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
+// P: persistent CTAs (the same stages; the epilogue borrows a stage).
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM, bool P = false>
 struct Instance {
   static constexpr int kStageBytes =
       sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, 1>::kStageBytes;
   // Per stage: the stage and its two barriers; 1024 bytes of alignment slack.
   static constexpr int kStages = std::min(6, (kMaxDynamicSmemBytes - 1024) / (kStageBytes + 16));
-  using Cfg = sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, kStages>;
+  using Cfg = sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, kStages, P>;
 };
 
 struct Maps {
@@ -46,6 +47,15 @@ struct Maps {
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
 void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
                      Stream stream) {
+  if (p.persistent) {
+    using Cfg = typename Instance<T, kBits, DQ, kRows, BM, true>::Cfg;
+    static_assert(Cfg::kSmemBytes <= kMaxDynamicSmemBytes, "the ring fits");
+    constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
+    allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(m.x, m.w, m.s, m.z, p);
+    NIBBLE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   using Cfg = typename Instance<T, kBits, DQ, kRows, BM>::Cfg;
   static_assert(Cfg::kSmemBytes <= kMaxDynamicSmemBytes, "the ring and the output tile fit");
   constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
@@ -160,6 +170,10 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   best.kblocks_per_split = t.kblocks_per_split;
   best.cluster_split = t.cluster_split;
   best.slots = t.cluster_split ? clusters[static_cast<size_t>(t.splits)] : sm_count;
+  // Persistent CTAs on unsplit grids of more tiles than SMs: one CTA per SM walks the tiles,
+  // its producer loading the next tile's first stages while the consumers store the last one.
+  best.persistent = t.splits == 1 && int64_t{t.tiles_m} * t.tiles_n > sm_count &&
+                    sm90_persistent_allowed();
   best.stages = best.bm == 256
                     ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 256>::kStages
                 : best.bm == 128
@@ -176,7 +190,8 @@ std::string describe(const WeightOnlyWgmmaPlan& plan) {
                                 (plan.cluster_split ? " in a cluster" : " through a workspace")
                           : "") +
          ", " + std::to_string(plan.slots) + (plan.cluster_split ? " clusters" : " CTAs") +
-         " at once (tile and split chosen by estimated waves x CTA time)";
+         " at once (tile and split chosen by estimated waves x CTA time)" +
+         (plan.persistent ? ", persistent CTAs (the next tile's loads overlap the epilogue)" : "");
 }
 
 void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
@@ -228,13 +243,16 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.group_shift = group_shift(l.group);
   p.kblocks_per_split = plan.kblocks_per_split;
   p.cluster_split = plan.cluster_split;
+  p.persistent = plan.persistent;
+  p.tiles_m = plan.tiles_m;
+  p.tiles_n = plan.tiles_n;
   if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;
     p.counters = ws.counters;
   }
-  const dim3 grid(plan.tiles_m, plan.tiles_n, plan.splits);
+  const dim3 grid = plan.persistent ? dim3(plan.slots) : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.x_dtype == DType::f16) return launch_typed<__half>(l, plan.bm, maps, p, grid, stream);
   launch_typed<__nv_bfloat16>(l, plan.bm, maps, p, grid, stream);
 }

@@ -16,6 +16,8 @@ struct WeightOnlyWgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
   int slots = 0;               ///< CTAs (or split clusters) the GPU runs at once: one wave
+  /// Persistent CTAs: `slots` CTAs walk the tiles of an unsplit grid of more tiles than SMs.
+  bool persistent = false;
 };
 /// The plan for 4- or 8-bit weights on `device` (its SM count, and how many clusters of the
 /// kernel it runs at once).

@@ -12,7 +12,8 @@
 //
 // Fragments alternate between two register sets with compile-time indices (the loop is
 // unrolled by two); a stage is released once the block after it is issued, i.e. when
-// wgmma.wait_group 1 says its own group is done.
+// wgmma.wait_group 1 says its own group is done. With kKeepLastStage the last block's stage is
+// not released but returned (the caller's epilogue borrows it and releases it afterwards).
 //
 // run_blocks_with_running_sums is the loop of the formats that fold the tensor cores' sums
 // into f32 running sums (f32 group scales, with int8 or fp8 activations), which must wait for a
@@ -33,11 +34,11 @@
 
 namespace nibble::cuda::sm90 {
 
-template <class Frag, class Issue, class Keep, class Release>
-__device__ __forceinline__ void run_blocks_one_in_flight(int num_kb, Frag (&frag)[2],
-                                                         Issue&& issue_block,
-                                                         Keep&& keep_until_here,
-                                                         Release&& release) {
+template <bool kKeepLastStage = false, class Frag, class Issue, class Keep, class Release>
+__device__ __forceinline__ int run_blocks_one_in_flight(int num_kb, Frag (&frag)[2],
+                                                        Issue&& issue_block,
+                                                        Keep&& keep_until_here,
+                                                        Release&& release) {
   int it = 0, prev_s = -1;
   auto step = [&](auto buf) {
     constexpr int b = decltype(buf)::value;
@@ -56,7 +57,9 @@ __device__ __forceinline__ void run_blocks_one_in_flight(int num_kb, Frag (&frag
   ptx::wgmma_wait<0>();
   keep_until_here(frag[0]);
   keep_until_here(frag[1]);
+  if constexpr (kKeepLastStage) return prev_s;
   if (prev_s >= 0) release(prev_s);
+  return -1;
 }
 
 template <class Frag, class Decode, class Issue, class Keep, class Fold, class Release>

@@ -85,9 +85,14 @@ struct WeightOnlyWgmmaParams {
   void* workspace = nullptr;      // splits·M·N f32 partials (workspace split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
   bool cluster_split = false;     // the splits of a tile are one cluster (1, 1, gridDim.z)
+  // Persistent CTAs (the launcher picks the persistent instance): gridDim.x CTAs walk the
+  // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
+  bool persistent = false;
+  int tiles_m = 0, tiles_n = 0;
 };
 
-template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int STAGES_>
+template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int STAGES_,
+          bool PERSISTENT_ = false>
 struct WeightOnlyWgmmaConfig {
   // The names sm80::detail::raw_pair and dequant_pair read:
   using T = T_;
@@ -128,6 +133,15 @@ struct WeightOnlyWgmmaConfig {
   static constexpr int kOutBytes = BM * kOutPitch * 4;
   static constexpr int kRingBytes = STAGES * kStageBytes;
   static constexpr int kBarrierOffset = kRingBytes > kOutBytes ? kRingBytes : kOutBytes;
+  /// Persistent CTAs walk tiles blockIdx.x, blockIdx.x + gridDim.x, ...; the producer runs on
+  /// into the next tile's K blocks while the consumers store a tile, so the tile cannot leave
+  /// through the ring: it leaves through the stage of its own last K block, which the consumers
+  /// keep until they have stored it, kSlabTokens token rows at a time (the most whole rows of
+  /// kOutPitch words that a stage holds: half the tile at every BM).
+  static constexpr bool kPersistent = PERSISTENT_;
+  static constexpr int kSlabTokens = kStageBytes >= BM * kOutPitch * 4       ? BM
+                                     : kStageBytes >= BM / 2 * kOutPitch * 4 ? BM / 2
+                                                                             : BM / 4;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
 
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
@@ -135,6 +149,7 @@ struct WeightOnlyWgmmaConfig {
   static_assert(kGrouped == (kGroupRows > 0) && 8 % (kGroupRows > 0 ? kGroupRows : 1) == 0,
                 "group-wise formats need 1, 2 or 4 groups per K block; per channel none");
   static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
+  static_assert(kSlabTokens * kOutPitch * 4 <= kStageBytes, "a slab fits in a stage");
 };
 
 template <class Cfg>
@@ -154,11 +169,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + STAGES;
 
-  const int tiles_m = gridDim.x, tiles_n = gridDim.y;
-  const TileCoord tile = band_raster(blockIdx.y * tiles_m + blockIdx.x, tiles_m, tiles_n);
-  const int m0 = tile.m * BM, n0 = tile.n * BN;
-  const int kb_begin = blockIdx.z * p.kblocks_per_split;
-  const int num_kb = min(p.kblocks - kb_begin, p.kblocks_per_split);
+  constexpr bool kPersistent = Cfg::kPersistent;  // unsplit (the launcher's plan says so)
+  const int tiles_m = kPersistent ? p.tiles_m : gridDim.x;
+  const int tiles_n = kPersistent ? p.tiles_n : gridDim.y;
+  // The tiles this CTA computes: tile_seq = first_tile, first_tile + tile_stride, ... below
+  // tile_count, in band_raster order (one, numbered by the grid, when not persistent).
+  const int tile_count = kPersistent ? tiles_m * tiles_n : 1;
+  const int first_tile = kPersistent ? int(blockIdx.x) : 0;
+  const int tile_stride = kPersistent ? int(gridDim.x) : 1;
+  auto tile_at = [&](int tile_seq) {
+    return band_raster(kPersistent ? tile_seq : blockIdx.y * tiles_m + blockIdx.x, tiles_m,
+                       tiles_n);
+  };
+  const int kb_begin = kPersistent ? 0 : blockIdx.z * p.kblocks_per_split;
+  const int num_kb = kPersistent ? p.kblocks : min(p.kblocks - kb_begin, p.kblocks_per_split);
 
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
@@ -178,8 +202,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ------------------------------------------------------------------------------
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
-      for (int it = 0; it < num_kb; ++it) {
-        const int s = it % STAGES, kb = kb_begin + it;
+      // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
+      for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
+      const TileCoord tile = tile_at(tile_seq);
+      const int m0 = tile.m * BM, n0 = tile.n * BN;
+      for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+        const int s = it % STAGES;
         if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
         uint8_t* stage = smem + s * Cfg::kStageBytes;
         ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
@@ -195,6 +223,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                              first_group);
         }
       }
+      }
     }
     producer_passes_tile_barriers(p.cluster_split);
     return;
@@ -206,6 +235,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
+  int kb_done = 0;  // K blocks consumed for this CTA's earlier tiles: the ring position
+  for (int tile_seq = first_tile; tile_seq < tile_count; tile_seq += tile_stride) {
+  const TileCoord tile = tile_at(tile_seq);
+  const int m0 = tile.m * BM, n0 = tile.n * BN;
 
   float acc[kAcc];
 #pragma unroll
@@ -220,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kUnits = Cfg::kUnitsPerBlock, kUnitSteps = Cfg::kUnitSteps;
   using Frag = uint32_t[kUnitSteps][4];
   auto issue_unit = [&](int it, Frag& frag) {
-    const int kb_it = it / kUnits, unit = it % kUnits, step0 = unit * kUnitSteps;
+    const int kb_it = kb_done + it / kUnits, unit = it % kUnits, step0 = unit * kUnitSteps;
     const int s = kb_it % STAGES;
     if (unit == 0) ptx::mbarrier_wait(&full[s], (kb_it / STAGES) & 1);
     const uint8_t* stage = smem + s * Cfg::kStageBytes;
@@ -290,12 +323,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // One unit's wgmma stay in flight while the next unit is dequantized and issued
   // (cuda/sm90/block_pipeline.cuh); a stage is released after its block's last unit.
   Frag frag[2];
-  run_blocks_one_in_flight(num_kb * kUnits, frag, issue_unit, keep_until_here, release);
+  // Persistent: the last K block's stage stays with the consumers for the epilogue.
+  const int last_stage = run_blocks_one_in_flight<kPersistent>(num_kb * kUnits, frag, issue_unit,
+                                                               keep_until_here, release);
+  kb_done += num_kb;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
 
   // ---- epilogue: f32 sums through shared memory; channel scale and bias on the way out -------
-  {
+  if constexpr (!kPersistent) {
     uint32_t raw[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) raw[i] = __float_as_uint(acc[i]);
@@ -322,9 +358,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     store_float4(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v, vec_ok, p.n - col);
   };
-  store_transposed_tile<BM, Cfg::kOutPitch, true>(smem, tid, m0, n0, tile.n * tiles_m + tile.m,
-                                                  p.m, p.n, p.workspace, p.counters,
-                                                  p.cluster_split, store_row);
+  if constexpr (kPersistent) {
+    store_tile_by_slabs<BM, kAcc, Cfg::kOutPitch, Cfg::kSlabTokens>(
+        smem + last_stage * Cfg::kStageBytes, tid, ch_local, c, m0, p.m, col < p.n,
+        [&](int i) { return __float_as_uint(acc[i]); }, [] {}, store_row);
+    // The stage goes back to TMA: the slab's st.shared writes are ordered before its next
+    // copies, and this warp has read its rows of the last slab.
+    ptx::fence_proxy_async_shared();
+    release(last_stage);
+  } else {
+    store_transposed_tile<BM, Cfg::kOutPitch, true>(smem, tid, m0, n0, tile.n * tiles_m + tile.m,
+                                                    p.m, p.n, p.workspace, p.counters,
+                                                    p.cluster_split, store_row);
+  }
+  }  // tile_seq
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
