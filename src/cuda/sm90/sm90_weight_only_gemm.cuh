@@ -28,7 +28,7 @@
 //
 // Work split
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
-//   channel column), split-K along gridDim.z where the planner's estimate of waves × CTA time
+//   channel column), or one persistent CTA per SM walking those tiles in that order, split-K along gridDim.z where the planner's estimate of waves × CTA time
 //   says so: a tile's splits are one thread-block cluster (partials summed over distributed
 //   shared memory), or, where the GPU runs no clusters, go through a workspace.
 //   Producer (one thread): per 128-wide K block, two TMA copies of the activation tile (BM rows ×
@@ -44,11 +44,12 @@
 //
 // Limitations
 //   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_weight_only_gemm.
-//   2. BM ∈ {64, 128, 256}; one output tile per CTA (no persistent scheduler): every CTA pays
-//      its own launch, pipeline fill and epilogue (about 3 K blocks' worth at BM = 256), which
-//      the planner weighs against wave quantization (sm90_tiling.h).
-//   4. BM = 256 has 3 stages (2 for 8-bit weights or 4-bit g32 with zeros) in the 227 KB.
-//   3. Group sizes 32–256 as the layout allows (1, 2 or 4 groups per K block; G = 256 spans two).
+//   2. BM ∈ {64, 128, 256}. Persistent CTAs (unsplit grids of more tiles than SMs, see
+//      WeightOnlyWgmmaConfig::kPersistent) hide the next tile's pipeline fill behind the
+//      epilogue, not the epilogue itself; split grids keep one tile (or split) per CTA, and the
+//      planner weighs each CTA's fixed cost against wave quantization (sm90_tiling.h).
+//   3. BM = 256 has 3 stages (2 for 8-bit weights or 4-bit g32 with zeros) in the 227 KB.
+//   4. Group sizes 32–256 as the layout allows (1, 2 or 4 groups per K block; G = 256 spans two).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaWeightOnly*'
 #pragma once
 

@@ -19,6 +19,9 @@
 //
 // Both run on the 256 consumer threads only (named barrier 1) after the main loop; the ring is
 // reused for the tile, which is safe once every consumer has passed its last `full` wait.
+// Persistent CTAs, whose producer is already filling the ring with the next tile, use
+// store_tile_by_slabs instead: the unsplit tile leaves a slab of token rows at a time through a
+// buffer the caller names (after the ring, or the tile's own last stage).
 #pragma once
 
 #include <cuda_bf16.h>
