@@ -32,12 +32,8 @@ namespace {
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
 // F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
-// P: persistent CTAs (the same stages; the output slab fits beside them). Every instance but
-// the int8-activation f32 group format has one: its consumers hold two accumulator sets and two
-// fragment sets, and the tile loop made ptxas spill (12 bytes at BM = 128, 13.0).
-template <W4A8Epilogue E, bool F8>
-constexpr bool kHasPersistent = !(E == W4A8Epilogue::group && !F8);
-
+// P: persistent CTAs (the same stages; the output slab fits beside them), for the formats
+// sm90_persistent_instance names.
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false, bool P = false>
 struct Instance {
   static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E, W, F8>::kStageBytes;
@@ -45,27 +41,9 @@ struct Instance {
   using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W, F8, P>;
 };
 
-template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
-void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
-                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream, bool persistent) {
-  if (persistent) {
-    if constexpr (kHasPersistent<E, F8>) {
-      using Cfg = typename Instance<BM, E, W, F8, true>::Cfg;
-      constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
-      allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-      if (p.multicast_a) {  // persistent CTA pairs
-        launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
-                           dim3(2, 1, 1), a, w, g, p);
-        return;
-      }
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
-      NIBBLE_CUDA_CHECK_LAUNCH();
-      return;
-    }
-    nibble::detail::fail(ErrorCode::internal,
-                         "sm90_w4a8_gemm: no persistent instance for this format");
-  }
-  using Cfg = typename Instance<BM, E, W, F8>::Cfg;
+template <class Cfg>
+void launch_config(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
+                   const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   if (p.cluster_split || p.multicast_a) {
@@ -79,15 +57,25 @@ void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorM
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
+template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
+void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
+                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
+  if (!p.persistent)
+    return launch_config<typename Instance<BM, E, W, F8>::Cfg>(a, w, g, p, grid, stream);
+  if constexpr (sm90_persistent_instance(E, F8))
+    return launch_config<typename Instance<BM, E, W, F8, true>::Cfg>(a, w, g, p, grid, stream);
+  nibble::detail::fail(ErrorCode::internal,
+                       "sm90_w4a8_gemm: no persistent instance for this format");
+}
+
 template <W4A8Epilogue E>
 void launch_epilogue(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
-                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream,
-                     bool persistent) {
+                     const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   switch (bm) {
-    case 64: return launch_instance<64, E>(a, w, g, p, grid, stream, persistent);
-    case 128: return launch_instance<128, E>(a, w, g, p, grid, stream, persistent);
+    case 64: return launch_instance<64, E>(a, w, g, p, grid, stream);
+    case 128: return launch_instance<128, E>(a, w, g, p, grid, stream);
     case 256:
-      if constexpr (E != W4A8Epilogue::group) return launch_instance<256, E>(a, w, g, p, grid, stream, persistent);
+      if constexpr (E != W4A8Epilogue::group) return launch_instance<256, E>(a, w, g, p, grid, stream);
       break;
   }
   nibble::detail::fail(ErrorCode::internal,
@@ -96,12 +84,11 @@ void launch_epilogue(int bm, const CUtensorMap& a, const CUtensorMap& w, const C
 
 template <W4A8Epilogue E>
 void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
-                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream,
-                     bool persistent) {
+                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   switch (bm) {
-    case 64: return launch_instance<64, E, 8>(a, w, w, p, grid, stream, persistent);
-    case 128: return launch_instance<128, E, 8>(a, w, w, p, grid, stream, persistent);
-    case 256: return launch_instance<256, E, 8>(a, w, w, p, grid, stream, persistent);
+    case 64: return launch_instance<64, E, 8>(a, w, w, p, grid, stream);
+    case 128: return launch_instance<128, E, 8>(a, w, w, p, grid, stream);
+    case 256: return launch_instance<256, E, 8>(a, w, w, p, grid, stream);
   }
   nibble::detail::fail(ErrorCode::internal,
                        "sm90_w8a8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
@@ -110,14 +97,13 @@ void launch_epilogue8(int bm, const CUtensorMap& a, const CUtensorMap& w,
 // fp8 activations: per channel (BM up to 256) or G = 128 group scales (BM ≤ 128: f32 running sums).
 template <W4A8Epilogue E>
 void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
-                         const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream,
-                     bool persistent) {
+                         const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   switch (bm) {
-    case 64: return launch_instance<64, E, 4, true>(a, w, g, p, grid, stream, persistent);
-    case 128: return launch_instance<128, E, 4, true>(a, w, g, p, grid, stream, persistent);
+    case 64: return launch_instance<64, E, 4, true>(a, w, g, p, grid, stream);
+    case 128: return launch_instance<128, E, 4, true>(a, w, g, p, grid, stream);
     case 256:
       if constexpr (E == W4A8Epilogue::per_channel)
-        return launch_instance<256, E, 4, true>(a, w, g, p, grid, stream, persistent);
+        return launch_instance<256, E, 4, true>(a, w, g, p, grid, stream);
       break;
   }
   nibble::detail::fail(ErrorCode::internal,
@@ -229,10 +215,11 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.multicast_a = weight_bits == 8 && t.splits == 1 && t.tiles_n >= 2 &&
                      int64_t{t.tiles_m} * t.tiles_n >= 2 * int64_t{sm_count} && clusters[2] > 0 &&
                      sm90_multicast_requested();
-  // Persistent CTAs on unsplit grids of more tiles than SMs: one CTA per SM walks the tiles, and the producer loads the next tile's first stages while the consumers store
-  // the last tile, which hides the pipeline fill and the CTA launch of every later tile.
-  // Pairs then walk pair tiles: as many pairs as the GPU holds clusters of two at once.
-  best.persistent = t.splits == 1 && (a_e4m3 || epilogue != W4A8Epilogue::group) &&
+  // Persistent CTAs on unsplit grids of more tiles than SMs: one CTA per SM walks the tiles,
+  // and the producer loads the next tile's first stages while the consumers store the last
+  // tile, which hides the pipeline fill and the CTA launch of every later tile. Pairs then walk
+  // pair tiles: as many pairs as the GPU holds clusters of two at once.
+  best.persistent = t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
                     int64_t{t.tiles_m} * t.tiles_n > sm_count && sm90_persistent_allowed();
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
@@ -319,6 +306,7 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.w_scale_dtype = l.w_scale_dtype;
   p.cluster_split = plan.cluster_split;
   p.multicast_a = plan.multicast_a;
+  p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
   if (plan.splits > 1 && !plan.cluster_split) {
@@ -332,29 +320,29 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
                                        : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.a_e4m3) {
     if (l.epilogue == W4A8Epilogue::group)
-      return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream, plan.persistent);
+      return launch_epilogue_fp8<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
     return launch_epilogue_fp8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,
-                                                          stream, plan.persistent);
+                                                          stream);
   }
   if (l.weight_bits == 8) {
     if (l.epilogue == W4A8Epilogue::s32)
-      return launch_epilogue8<W4A8Epilogue::s32>(plan.bm, map_a, map_w, p, grid, stream, plan.persistent);
+      return launch_epilogue8<W4A8Epilogue::s32>(plan.bm, map_a, map_w, p, grid, stream);
     if (l.epilogue == W4A8Epilogue::per_channel)
-      return launch_epilogue8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, p, grid, stream, plan.persistent);
+      return launch_epilogue8<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, p, grid, stream);
     nibble::detail::fail(ErrorCode::internal,
                          "sm90_w8a8_gemm: int8 weights have per-channel or s32 epilogues only");
   }
   switch (l.epilogue) {
     case W4A8Epilogue::s32:
-      return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream, plan.persistent);
+      return launch_epilogue<W4A8Epilogue::s32>(plan.bm, map_a, map_w, map_g, p, grid, stream);
     case W4A8Epilogue::per_channel:
       return launch_epilogue<W4A8Epilogue::per_channel>(plan.bm, map_a, map_w, map_g, p, grid,
-                                                        stream, plan.persistent);
+                                                        stream);
     case W4A8Epilogue::group:
-      return launch_epilogue<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream, plan.persistent);
+      return launch_epilogue<W4A8Epilogue::group>(plan.bm, map_a, map_w, map_g, p, grid, stream);
     case W4A8Epilogue::two_level:
       return launch_epilogue<W4A8Epilogue::two_level>(plan.bm, map_a, map_w, map_g, p, grid,
-                                                      stream, plan.persistent);
+                                                      stream);
   }
 }
 

@@ -44,19 +44,9 @@ struct Maps {
   CUtensorMap x, w, s, z;
 };
 
-template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
-void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
-                     Stream stream) {
-  if (p.persistent) {
-    using Cfg = typename Instance<T, kBits, DQ, kRows, BM, true>::Cfg;
-    static_assert(Cfg::kSmemBytes <= kMaxDynamicSmemBytes, "the ring fits");
-    constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
-    allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(m.x, m.w, m.s, m.z, p);
-    NIBBLE_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  using Cfg = typename Instance<T, kBits, DQ, kRows, BM>::Cfg;
+template <class Cfg>
+void launch_config(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
+                   Stream stream) {
   static_assert(Cfg::kSmemBytes <= kMaxDynamicSmemBytes, "the ring and the output tile fit");
   constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
@@ -67,6 +57,14 @@ void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 g
   }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(m.x, m.w, m.s, m.z, p);
   NIBBLE_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
+void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
+                     Stream stream) {
+  if (p.persistent)
+    return launch_config<typename Instance<T, kBits, DQ, kRows, BM, true>::Cfg>(m, p, grid, stream);
+  launch_config<typename Instance<T, kBits, DQ, kRows, BM>::Cfg>(m, p, grid, stream);
 }
 
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>

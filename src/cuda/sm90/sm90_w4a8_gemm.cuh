@@ -63,7 +63,8 @@
 //   all tiles), so while the consumers store one tile the next one's first stages land; the
 //   tile leaves through a 32-token slab after the ring (store_tile_by_slabs), not the ring.
 //   CTA pairs (p.multicast_a; 8-bit weights on grids of two waves or more, only when
-//   NIBBLE_SM90_MULTICAST=1 asks: persistent CTAs unpaired measured faster): two CTAs of a (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
+//   NIBBLE_SM90_MULTICAST=1 asks: persistent CTAs unpaired measured faster): two CTAs of a
+//   (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
 //   each producer loads half the activation tile's rows with one TMA multicast into both CTAs'
 //   stage, so L2 serves each activation tile once per pair. A stage is then refilled only when
 //   the consumers of both CTAs have released it (16 arrivals on `empty`, half of them remote),
@@ -140,7 +141,9 @@ struct W4A8WgmmaParams {
   // multicasts them to both, so every stage is released by both CTAs' consumers.
   bool multicast_a = false;
   DType w_scale_dtype = DType::f32;  // WBITS 8: dtype behind w_scales (f32, f16 or bf16)
-  // The output tile grid (persistent instances walk it; the others read it off gridDim).
+  // Persistent CTAs (the launcher picks the persistent instance): gridDim.x CTAs walk the
+  // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
+  bool persistent = false;
   int tiles_m = 0, tiles_n = 0;
 };
 
@@ -264,27 +267,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (tid == 0) {
       // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
       for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
-      const TileCoord tile = tile_at(tile_seq);
-      const int m0 = tile.m * BM, n0 = tile.n * BN;
-      for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
-        const int s = it % STAGES;
-        if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-        uint8_t* stage = smem + s * Cfg::kStageBytes;
-        ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
-        if (multicast) {  // this CTA's half of the token rows, into both CTAs' stage
-          constexpr int kHalf = BM / 2;  // 1024-byte multiples: the swizzle pattern holds
-          ptx::tma_load_2d_multicast(stage + pair_rank * kHalf * Cfg::kBK, &tmap_a, &full[s],
-                                     kb * Cfg::kBK, m0 + int(pair_rank) * kHalf, 0x3);
-        } else {
-          ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
+        const TileCoord tile = tile_at(tile_seq);
+        const int m0 = tile.m * BM, n0 = tile.n * BN;
+        for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+          uint8_t* stage = smem + s * Cfg::kStageBytes;
+          ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+          if (multicast) {  // this CTA's half of the token rows, into both CTAs' stage
+            constexpr int kHalf = BM / 2;  // 1024-byte multiples: the swizzle pattern holds
+            ptx::tma_load_2d_multicast(stage + pair_rank * kHalf * Cfg::kBK, &tmap_a, &full[s],
+                                       kb * Cfg::kBK, m0 + int(pair_rank) * kHalf, 0x3);
+          } else {
+            ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
+          }
+          if constexpr (Cfg::kW8)
+            ptx::tma_load_2d(stage + Cfg::kABytes, &tmap_w, &full[s], kb * Cfg::kBK, n0);
+          else
+            ptx::tma_load_3d(stage + Cfg::kABytes, &tmap_w, &full[s], 0, kb, n0 / 8);
+          if constexpr (Cfg::kGBytes > 0)
+            ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
         }
-        if constexpr (Cfg::kW8)
-          ptx::tma_load_2d(stage + Cfg::kABytes, &tmap_w, &full[s], kb * Cfg::kBK, n0);
-        else
-          ptx::tma_load_3d(stage + Cfg::kABytes, &tmap_w, &full[s], 0, kb, n0 / 8);
-        if constexpr (Cfg::kGBytes > 0)
-          ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
-      }
       }
     }
     producer_passes_tile_barriers(p.cluster_split);

@@ -205,25 +205,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (tid == 0) {
       // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
       for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
-      const TileCoord tile = tile_at(tile_seq);
-      const int m0 = tile.m * BM, n0 = tile.n * BN;
-      for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
-        const int s = it % STAGES;
-        if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-        uint8_t* stage = smem + s * Cfg::kStageBytes;
-        ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
-        ptx::tma_load_2d(stage, &tmap_x, &full[s], kb * Cfg::kBK, m0);
-        ptx::tma_load_2d(stage + Cfg::kXHalfBytes, &tmap_x, &full[s], kb * Cfg::kBK + 64, m0);
-        uint8_t* w_sh = stage + Cfg::kXBytes;
-        ptx::tma_load_3d(w_sh, &tmap_w, &full[s], 0, kb, n0 / 8);
-        if constexpr (Cfg::kGrouped) {
-          const int first_group = (kb * Cfg::kBK) >> p.group_shift;
-          ptx::tma_load_2d(w_sh + Cfg::kWBytes, &tmap_s, &full[s], n0, first_group);
-          if constexpr (Cfg::kHasZeros)
-            ptx::tma_load_2d(w_sh + Cfg::kWBytes + Cfg::kTableBytes, &tmap_z, &full[s], n0,
-                             first_group);
+        const TileCoord tile = tile_at(tile_seq);
+        const int m0 = tile.m * BM, n0 = tile.n * BN;
+        for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+          uint8_t* stage = smem + s * Cfg::kStageBytes;
+          ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+          ptx::tma_load_2d(stage, &tmap_x, &full[s], kb * Cfg::kBK, m0);
+          ptx::tma_load_2d(stage + Cfg::kXHalfBytes, &tmap_x, &full[s], kb * Cfg::kBK + 64, m0);
+          uint8_t* w_sh = stage + Cfg::kXBytes;
+          ptx::tma_load_3d(w_sh, &tmap_w, &full[s], 0, kb, n0 / 8);
+          if constexpr (Cfg::kGrouped) {
+            const int first_group = (kb * Cfg::kBK) >> p.group_shift;
+            ptx::tma_load_2d(w_sh + Cfg::kWBytes, &tmap_s, &full[s], n0, first_group);
+            if constexpr (Cfg::kHasZeros)
+              ptx::tma_load_2d(w_sh + Cfg::kWBytes + Cfg::kTableBytes, &tmap_z, &full[s], n0,
+                               first_group);
+          }
         }
-      }
       }
     }
     producer_passes_tile_barriers(p.cluster_split);
