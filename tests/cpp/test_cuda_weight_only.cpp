@@ -153,6 +153,7 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
                         {"w8a16", DType::f16, DType::f16},
                         {"w8a16_g128", DType::bf16, DType::bf16}};
   const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
+  const ScopedEnv whole_tiles("NIBBLE_SM90_STREAM_K", "0");  // stream-K: the next test
   for (const Shape& sh : shapes) {
     const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
     for (const Case& c : cases) {
@@ -180,6 +181,60 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
       synchronize(Device::cuda());
       EXPECT_LE(rel_error(got[0], ref), tolerance(f, c.x, c.out));
       EXPECT_TRUE(same_bytes(got[0], got[1]));
+    }
+  }
+}
+
+// Stream-K: every SM's CTA takes an equal range of the tiles' K blocks, and a tile's owner adds
+// the other CTAs' partial tiles to its own (cuda/sm90/tile_schedule.cuh). The shapes make tiles
+// shared by two to four CTAs (first), CTAs that finish a tile and start the next (second), and
+// ranges of one K block that cover the end of one tile and the start of another (third); the
+// last token and channel tiles lie partly past M and N. The result must match the reference,
+// write every element, repeat bit for bit (the partials are summed in K order), and stay within
+// the tolerance of the whole-tile plan.
+TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
+  NIBBLE_REQUIRE_GPU();
+  if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
+  test::Rng rng;  // fresh seed, printed on failure
+  struct Shape {
+    int64_t m, n, k;
+    const char* bm;
+  };
+  const Shape shapes[] = {{100, 5000, 4096, "256"}, {700, 3000, 1024, "128"}, {300, 9000, 384, "64"}};
+  const Case cases[] = {{"w4a16_g128", DType::bf16, DType::bf16},
+                        {"w4a16_g32_asym", DType::f16, DType::f32},
+                        {"w4a16_pc", DType::bf16, DType::f32},
+                        {"w8a16", DType::f16, DType::f16}};
+  const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
+  for (const Shape& sh : shapes) {
+    const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
+    for (const Case& c : cases) {
+      const LinearFormat f = parse_linear_format(c.format);
+      if (f.weight.scheme == WeightScheme::s8_sym && std::string(sh.bm) == "256") continue;
+      SCOPED_TRACE(std::string(c.format) + " M=" + std::to_string(sh.m) + " N=" +
+                   std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " BM=" + sh.bm);
+      QuantizedWeight qw = test::random_quantized_weight(f.weight, sh.n, sh.k, rng);
+      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+      const Tensor bias = test::random_normal(DType::bf16, 1, sh.n, rng);
+      const Tensor bias_d = bias.to(Device::cuda());
+      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+      const Tensor x = test::random_activations(c.x, sh.m, sh.k, rng);
+      Tensor ref = Tensor::empty(c.out, {sh.m, sh.n});
+      linear(x.view(), qw.view(), &bias_v, ref.view());
+      const Tensor xd = x.to(Device::cuda());
+      Tensor got[3];  // stream-K twice, whole tiles
+      for (int run = 0; run < 3; ++run) {
+        const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", run < 2 ? "1" : "0");
+        const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
+        ASSERT_EQ(why.find("stream-K") != std::string::npos, run < 2) << why;
+        got[run] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
+        got[run].fill_bytes(0xFF);  // NaN: every element must be written
+        linear(xd.view(), wd.view(), &bias_dv, got[run].view());
+      }
+      synchronize(Device::cuda());
+      EXPECT_LE(rel_error(got[0], ref), tolerance(f, c.x, c.out));
+      EXPECT_TRUE(same_bytes(got[0], got[1]));
+      EXPECT_LE(rel_error(got[0], got[2]), tolerance(f, c.x, c.out));
     }
   }
 }
@@ -262,6 +317,25 @@ TEST(Sm90Tiling, CostModelWeighsWavesAgainstTileSize) {
   t = cuda::choose_sm90_tiles_by_cost(40, 512, 8192, 132, costs, 8, {none, 8});
   EXPECT_FALSE(t.cluster_split);
   EXPECT_GT(t.splits, 1);
+
+  // With stream-K as a candidate: 80 channel tiles of 10240×8192 at M = 256 leave 52 SMs idle
+  // whole, and 160 in clusters of two a second wave of 28; equal ranges of their 64 K blocks
+  // (38–39 a CTA) win.
+  cuda::Sm90TileCosts with_stream_k = costs;
+  with_stream_k.stream_k_fixup = 4.0;
+  t = cuda::choose_sm90_tiles_by_cost(256, 10240, 8192, 132, with_stream_k, 8, cluster);
+  EXPECT_TRUE(t.stream_k);
+  EXPECT_EQ(t.bm, 256);
+  EXPECT_EQ(t.splits, 1);
+  // 512 tiles fill 3.9 waves: whole tiles (stream-K is not a candidate under 10% idle).
+  t = cuda::choose_sm90_tiles_by_cost(4096, 4096, 4096, 132, with_stream_k, 8, cluster);
+  EXPECT_FALSE(t.stream_k);
+  EXPECT_EQ(t.bm, 256);
+  // Too few K blocks for ranges of 4: not a candidate even when asked for.
+  with_stream_k.stream_k_only = true;
+  t = cuda::choose_sm90_tiles_by_cost(64, 1024, 512, 132, with_stream_k, 8, cluster);
+  EXPECT_FALSE(t.stream_k);
+  EXPECT_GT(t.bm, 0);
 }
 #endif
 

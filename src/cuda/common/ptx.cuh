@@ -169,6 +169,21 @@ __device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
 #endif
 }
 
+// ---- flags between CTAs of one grid (stream-K partial tiles) ---------------------------------
+
+/// A load that later loads and stores of this thread cannot move above, seeing everything the
+/// thread that stored the value with st_release_gpu wrote before it (GPU scope).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// A store that earlier loads and stores of this thread cannot move below (GPU scope).
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // ---- thread-block clusters (sm_90+) ----------------------------------------------------------
 // Only launches with a cluster dimension (cuda/launch/pdl_launch.h) may call these.
 

@@ -56,6 +56,25 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
     if (per_kblock <= 0) continue;
     const int64_t tiles_m = (m + bm - 1) / bm;
     const int64_t tiles = tiles_m * tiles_n;
+    const int64_t units = tiles * kblocks;
+    // Stream-K where whole tiles leave SMs idle and each CTA keeps enough K blocks.
+    const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
+    if (costs.stream_k_fixup > 0 &&
+        static_cast<double>(tile_slots - tiles) >= kStreamKMinIdleShare * tile_slots &&
+        units >= int64_t{kMinStreamKBlocksPerCta} * sm_count) {
+      const double cost = static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock +
+                          costs.fixed + costs.stream_k_fixup;
+      if (best.bm == 0 || cost < best_cost) {
+        best_cost = cost;
+        best = Sm90TileChoice{};
+        best.bm = bm;
+        best.tiles_m = static_cast<int>(tiles_m);
+        best.tiles_n = static_cast<int>(tiles_n);
+        best.kblocks_per_split = kblocks;
+        best.stream_k = true;
+      }
+    }
+    if (costs.stream_k_only) continue;
     for (int s = 1; s <= kMaxSm90ClusterSplits; ++s) {
       if (s > 1 && (cluster.clusters_at_once == nullptr ||
                     kblocks / s < cluster.min_kblocks_per_split))
@@ -80,7 +99,14 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
       }
     }
   }
-  if (!any_cluster && best.bm != 0)  // no cluster runs here: the workspace split, as before
+  if (costs.stream_k_only && best.bm == 0) {  // no stream-K candidate: the other choices
+    Sm90TileCosts others = costs;
+    others.stream_k_only = false;
+    others.stream_k_fixup = 0;
+    return choose_sm90_tiles_by_cost(m, n_pad, k_pad, sm_count, others, min_kblocks_per_split,
+                                     cluster);
+  }
+  if (!any_cluster && best.bm != 0 && !best.stream_k)  // no cluster runs here: the workspace split
     return choose_sm90_tiles(m, n_pad, k_pad, sm_count, {best.bm}, min_kblocks_per_split, {});
   return best;
 }

@@ -10,6 +10,9 @@ namespace nibble::cuda {
 struct Sm90TileChoice {
   int bm = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< the splits of a tile are one thread-block cluster along z
+  /// sm_count persistent CTAs take equal ranges of the tiles' K blocks (cuda/sm90/
+  /// tile_schedule.cuh); splits is then 1.
+  bool stream_k = false;
 };
 
 /// Cuts `kblocks` K blocks into `splits` ranges of equal length (rounded up): sets
@@ -47,9 +50,20 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
 /// The time of one CTA of a kernel, in any unit: kblock_<bm> per 128-wide K block of a bm-
 /// token tile (bm = 64, 128, 256; 0 where the kernel has no such tile), plus `fixed` per CTA
 /// (launch, pipeline fill, epilogue) and `cluster_reduce` per split tile's reduction.
+/// stream_k_fixup > 0 makes stream-K a candidate: sm_count CTAs of ceil(tiles · K blocks /
+/// sm_count) K blocks each, plus `fixed` and the fix-up (a partial tile stored, and the owner's
+/// wait for and sum of the others); stream_k_only leaves only those candidates (measurements).
 struct Sm90TileCosts {
   double kblock_64 = 0, kblock_128 = 0, kblock_256 = 0, fixed = 0, cluster_reduce = 0;
+  double stream_k_fixup = 0;
+  bool stream_k_only = false;
 };
+
+/// Stream-K is a candidate where whole tiles would leave at least this share of the SMs' tile
+/// slots idle (3% at 512 tiles on 132 SMs: the fix-ups would cost about what balance gains),
+/// with ranges of at least kMinStreamKBlocksPerCta K blocks.
+constexpr double kStreamKMinIdleShare = 0.1;
+constexpr int kMinStreamKBlocksPerCta = 4;
 
 /// The token tile and cluster split count (1..kMaxSm90ClusterSplits, each split at least
 /// cluster.min_kblocks_per_split K blocks) with the least estimated time: waves × the time of a

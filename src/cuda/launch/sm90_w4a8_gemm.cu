@@ -181,6 +181,17 @@ bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
 
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 
+void sm90_stream_k_costs(Sm90TileCosts& costs) {
+  // The fix-up in the costs' unit (µs on the H100): a partial tile of up to 128 KB written to
+  // and read back from L2, and the owner's wait.
+  costs.stream_k_fixup = 4.0;
+  costs.stream_k_only = env_is("NIBBLE_SM90_STREAM_K", "1");
+  if (env_is("NIBBLE_SM90_STREAM_K", "0") || !sm90_persistent_allowed()) {
+    costs.stream_k_fixup = 0;
+    costs.stream_k_only = false;
+  }
+}
+
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
                              int device, int weight_bits, bool a_e4m3) {
   const int sm_count = cuda_device_info(device).sm_count;

@@ -62,8 +62,11 @@ void launch_config(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 gri
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
 void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
                      Stream stream) {
-  if (p.persistent)
-    return launch_config<typename Instance<T, kBits, DQ, kRows, BM, true>::Cfg>(m, p, grid, stream);
+  if constexpr (kBits != 8 || BM != 256) {  // no persistent instance there (plan_sm90_weight_only)
+    if (p.persistent)
+      return launch_config<typename Instance<T, kBits, DQ, kRows, BM, true>::Cfg>(m, p, grid,
+                                                                                   stream);
+  }
   launch_config<typename Instance<T, kBits, DQ, kRows, BM>::Cfg>(m, p, grid, stream);
 }
 
@@ -152,6 +155,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   }
   const int forced_splits = std::clamp(knob("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
                                        kMaxSm90ClusterSplits);
+  sm90_stream_k_costs(costs);
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
   const int sm_count = cuda_device_info(device).sm_count;
   Sm90TileChoice t = choose_sm90_tiles_by_cost(m, n_pad, k_pad, sm_count, costs, 8,
@@ -159,6 +163,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   if (forced_splits > 0) {
     set_k_splits(t, static_cast<int>(k_pad / 128), forced_splits);
     t.cluster_split = t.splits > 1;
+    t.stream_k = false;
   }
   WeightOnlyWgmmaPlan best;
   best.bm = t.bm;
@@ -170,8 +175,14 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   best.slots = t.cluster_split ? clusters[static_cast<size_t>(t.splits)] : sm_count;
   // Persistent CTAs on unsplit grids of more tiles than SMs: one CTA per SM walks the tiles,
   // its producer loading the next tile's first stages while the consumers store the last one.
-  best.persistent = t.splits == 1 && int64_t{t.tiles_m} * t.tiles_n > sm_count &&
-                    sm90_persistent_allowed();
+  // Stream-K plans are persistent CTAs too, each taking a range of the tiles' K blocks.
+  // 8-bit weights at BM = 256 (only ever forced, see above) have no persistent instance: its
+  // consumers spilled 8 bytes.
+  const bool has_persistent = weight_bits != 8 || t.bm != 256;
+  best.stream_k = t.stream_k && has_persistent;
+  best.persistent = best.stream_k || (has_persistent && t.splits == 1 &&
+                                      int64_t{t.tiles_m} * t.tiles_n > sm_count &&
+                                      sm90_persistent_allowed());
   best.stages = best.bm == 256
                     ? Instance<__nv_bfloat16, 4, WeightOnlyDequant::per_channel, 0, 256>::kStages
                 : best.bm == 128
@@ -189,7 +200,10 @@ std::string describe(const WeightOnlyWgmmaPlan& plan) {
                           : "") +
          ", " + std::to_string(plan.slots) + (plan.cluster_split ? " clusters" : " CTAs") +
          " at once (tile and split chosen by estimated waves x CTA time)" +
-         (plan.persistent ? ", persistent CTAs (the next tile's loads overlap the epilogue)" : "");
+         (plan.stream_k ? ", stream-K: " + std::to_string(plan.slots) +
+                              " persistent CTAs take equal ranges of the tiles' K blocks"
+          : plan.persistent ? ", persistent CTAs (the next tile's loads overlap the epilogue)"
+                            : "");
 }
 
 void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
@@ -244,7 +258,13 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
-  if (plan.splits > 1 && !plan.cluster_split) {
+  p.stream_k = plan.stream_k;
+  if (plan.stream_k) {  // one partial tile and one flag per CTA
+    const SplitKWorkspace ws = split_k_workspace(
+        l.device, stream, size_t(plan.slots) * plan.bm * 128 * 4, size_t(plan.slots));
+    p.workspace = ws.partials;
+    p.counters = ws.counters;
+  } else if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;

@@ -16,8 +16,10 @@ struct WeightOnlyWgmmaPlan {
   int bm = 0, stages = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
   int slots = 0;               ///< CTAs (or split clusters) the GPU runs at once: one wave
-  /// Persistent CTAs: `slots` CTAs walk the tiles of an unsplit grid of more tiles than SMs.
+  /// Persistent CTAs: `slots` CTAs walk the tiles of an unsplit grid of more tiles than SMs,
+  /// or (stream_k) take equal ranges of all the tiles' K blocks.
   bool persistent = false;
+  bool stream_k = false;
 };
 /// The plan for 4- or 8-bit weights on `device` (its SM count, and how many clusters of the
 /// kernel it runs at once).

@@ -66,6 +66,7 @@
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/sm80/sm80_weight_only_gemm.cuh"
 #include "cuda/sm90/block_pipeline.cuh"
+#include "cuda/sm90/tile_schedule.cuh"
 #include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
 
@@ -90,6 +91,9 @@ struct WeightOnlyWgmmaParams {
   // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
   bool persistent = false;
   int tiles_m = 0, tiles_n = 0;
+  // Stream-K (persistent only, cuda/sm90/tile_schedule.cuh): the CTAs take equal ranges of
+  // (tile, K block) units; workspace holds gridDim.x partial tiles, counters gridDim.x flags.
+  bool stream_k = false;
 };
 
 template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int STAGES_,
@@ -170,20 +174,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* empty = full + STAGES;
 
-  constexpr bool kPersistent = Cfg::kPersistent;  // unsplit (the launcher's plan says so)
+  constexpr bool kPersistent = Cfg::kPersistent;  // whole tiles or stream-K ranges
   const int tiles_m = kPersistent ? p.tiles_m : gridDim.x;
   const int tiles_n = kPersistent ? p.tiles_n : gridDim.y;
-  // The tiles this CTA computes: tile_seq = first_tile, first_tile + tile_stride, ... below
-  // tile_count, in band_raster order (one, numbered by the grid, when not persistent).
+  // The segments (K ranges of tiles, tile_seq in band_raster order) this CTA computes: one tile
+  // or split numbered by the grid, or a persistent CTA's tiles or stream-K range.
   const int tile_count = kPersistent ? tiles_m * tiles_n : 1;
-  const int first_tile = kPersistent ? int(blockIdx.x) : 0;
-  const int tile_stride = kPersistent ? int(gridDim.x) : 1;
+  const int split_kb = blockIdx.z * p.kblocks_per_split;
+  const TileSegment one_tile{0, split_kb, min(p.kblocks, split_kb + p.kblocks_per_split)};
   auto tile_at = [&](int tile_seq) {
     return band_raster(kPersistent ? tile_seq : blockIdx.y * tiles_m + blockIdx.x, tiles_m,
                        tiles_n);
   };
-  const int kb_begin = kPersistent ? 0 : blockIdx.z * p.kblocks_per_split;
-  const int num_kb = kPersistent ? p.kblocks : min(p.kblocks - kb_begin, p.kblocks_per_split);
 
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
@@ -203,11 +205,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ------------------------------------------------------------------------------
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
-      // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
-      for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
-        const TileCoord tile = tile_at(tile_seq);
+      // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
+      int it = 0;
+      for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks, [&](const TileSegment& seg) {
+        const TileCoord tile = tile_at(seg.tile_seq);
         const int m0 = tile.m * BM, n0 = tile.n * BN;
-        for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+        for (int kb = seg.kb_begin; kb < seg.kb_end; ++kb, ++it) {
           const int s = it % STAGES;
           if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
           uint8_t* stage = smem + s * Cfg::kStageBytes;
@@ -224,7 +227,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                first_group);
           }
         }
-      }
+      });
     }
     producer_passes_tile_barriers(p.cluster_split);
     return;
@@ -236,10 +239,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
-  int kb_done = 0;  // K blocks consumed for this CTA's earlier tiles: the ring position
-  for (int tile_seq = first_tile; tile_seq < tile_count; tile_seq += tile_stride) {
-  const TileCoord tile = tile_at(tile_seq);
+  int kb_done = 0;  // K blocks consumed for this CTA's earlier segments: the ring position
+  for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks, [&](const TileSegment& seg) {
+  const TileCoord tile = tile_at(seg.tile_seq);
   const int m0 = tile.m * BM, n0 = tile.n * BN;
+  const int num_kb = seg.kb_end - seg.kb_begin;
+  // Stream-K: the rest of a tile another CTA owns, or the start of one this CTA owns and the
+  // CTAs after it finished (its K blocks [0, num_kb)). Decided before the main loop, so that
+  // only two predicates stay live across it.
+  const bool piece = kPersistent && p.stream_k && seg.kb_begin > 0;
+  const bool owns_pieces = kPersistent && p.stream_k && seg.kb_begin == 0 && num_kb < p.kblocks;
 
   float acc[kAcc];
 #pragma unroll
@@ -330,6 +339,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   kb_done += num_kb;
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+  if constexpr (kPersistent) {
+    if (piece) {
+      stream_k_put_partial(acc, p.workspace, p.counters, blockIdx.x, tid - 128);
+      release(last_stage);
+      return;
+    }
+    if (owns_pieces)
+      stream_k_add_partials(acc, p.workspace, p.counters, blockIdx.x, num_kb, p.kblocks,
+                            gridDim.x, tile_count * p.kblocks, tid - 128);
+  }
 
   // ---- epilogue: f32 sums through shared memory; channel scale and bias on the way out -------
   if constexpr (!kPersistent) {
@@ -372,7 +391,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                                     p.m, p.n, p.workspace, p.counters,
                                                     p.cluster_split, store_row);
   }
-  }  // tile_seq
+  });  // segments
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
   __trap();
