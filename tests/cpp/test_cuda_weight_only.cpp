@@ -158,6 +158,8 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
     const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
     for (const Case& c : cases) {
       const LinearFormat f = parse_linear_format(c.format);
+      // 8-bit weights have no persistent 256-token instance (plan_sm90_weight_only).
+      if (f.weight.scheme == WeightScheme::s8_sym && std::string(sh.bm) == "256") continue;
       SCOPED_TRACE(std::string(c.format) + " M=" + std::to_string(sh.m) + " N=" +
                    std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " BM=" + sh.bm);
       const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
