@@ -59,11 +59,12 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
     const int64_t units = tiles * kblocks;
     // Stream-K where whole tiles leave SMs idle and each CTA keeps enough K blocks.
     const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
-    if (costs.stream_k_fixup > 0 &&
+    if (costs.stream_k_slowdown > 0 &&
         static_cast<double>(tile_slots - tiles) >= kStreamKMinIdleShare * tile_slots &&
         units >= int64_t{kMinStreamKBlocksPerCta} * sm_count) {
-      const double cost = static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock +
-                          costs.fixed + costs.stream_k_fixup;
+      const double cost = static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock *
+                              costs.stream_k_slowdown +
+                          costs.fixed + 2.0 + costs.stream_k_fixup_per_token * bm;
       if (best.bm == 0 || cost < best_cost) {
         best_cost = cost;
         best = Sm90TileChoice{};
@@ -102,7 +103,7 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
   if (costs.stream_k_only && best.bm == 0) {  // no stream-K candidate: the other choices
     Sm90TileCosts others = costs;
     others.stream_k_only = false;
-    others.stream_k_fixup = 0;
+    others.stream_k_slowdown = 0;
     return choose_sm90_tiles_by_cost(m, n_pad, k_pad, sm_count, others, min_kblocks_per_split,
                                      cluster);
   }

@@ -50,12 +50,14 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
 /// The time of one CTA of a kernel, in any unit: kblock_<bm> per 128-wide K block of a bm-
 /// token tile (bm = 64, 128, 256; 0 where the kernel has no such tile), plus `fixed` per CTA
 /// (launch, pipeline fill, epilogue) and `cluster_reduce` per split tile's reduction.
-/// stream_k_fixup > 0 makes stream-K a candidate: sm_count CTAs of ceil(tiles · K blocks /
-/// sm_count) K blocks each, plus `fixed` and the fix-up (a partial tile stored, and the owner's
-/// wait for and sum of the others); stream_k_only leaves only those candidates (measurements).
+/// stream_k_slowdown > 0 makes stream-K a candidate: sm_count CTAs of ceil(tiles · K blocks /
+/// sm_count) K blocks each at stream_k_slowdown times the K block's cost (a CTA's segments
+/// each drain the pipeline), plus `fixed` and the fix-up: stream_k_fixup_per_token · bm (a
+/// partial tile of bm × 128 f32 stored to L2 and read back by its owner, which the owners all
+/// do at the end) and 2 more. stream_k_only leaves only those candidates (measurements).
 struct Sm90TileCosts {
   double kblock_64 = 0, kblock_128 = 0, kblock_256 = 0, fixed = 0, cluster_reduce = 0;
-  double stream_k_fixup = 0;
+  double stream_k_slowdown = 0, stream_k_fixup_per_token = 0;
   bool stream_k_only = false;
 };
 

@@ -182,12 +182,15 @@ bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 
 void sm90_stream_k_costs(Sm90TileCosts& costs) {
-  // The fix-up in the costs' unit (µs on the H100): a partial tile of up to 128 KB written to
-  // and read back from L2, and the owner's wait.
-  costs.stream_k_fixup = 4.0;
+  // Fitted to sm90_weight_only_gemm W4A16 g128 with stream-K forced at BM = 128 and 256 on
+  // 6144×4096, 10240×8192 and 4096×14336 at M = 256 and 1024 (H100, 2026-11-25): stream-K ran
+  // 1.11–1.18× the K blocks' cost plus 10–14 µs; with the partials' stores and sums left out
+  // (wrong results, timing only) 3.4–5.2 µs less at BM = 128 and 7.2–12.6 less at BM = 256.
+  costs.stream_k_slowdown = 1.15;
+  costs.stream_k_fixup_per_token = 8.0 / 256;
   costs.stream_k_only = env_is("NIBBLE_SM90_STREAM_K", "1");
   if (env_is("NIBBLE_SM90_STREAM_K", "0") || !sm90_persistent_allowed()) {
-    costs.stream_k_fixup = 0;
+    costs.stream_k_slowdown = 0;
     costs.stream_k_only = false;
   }
 }
