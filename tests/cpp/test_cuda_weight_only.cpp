@@ -324,7 +324,8 @@ TEST(Sm90Tiling, CostModelWeighsWavesAgainstTileSize) {
   // whole, and 160 in clusters of two a second wave of 28; equal ranges of their 64 K blocks
   // (38–39 a CTA) win.
   cuda::Sm90TileCosts with_stream_k = costs;
-  with_stream_k.stream_k_fixup = 4.0;
+  with_stream_k.stream_k_slowdown = 1.15;
+  with_stream_k.stream_k_fixup_per_token = 8.0 / 256;
   t = cuda::choose_sm90_tiles_by_cost(256, 10240, 8192, 132, with_stream_k, 8, cluster);
   EXPECT_TRUE(t.stream_k);
   EXPECT_EQ(t.bm, 256);
