@@ -28,7 +28,9 @@
 //
 // Work split
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
-//   channel column), or one persistent CTA per SM walking those tiles in that order, split-K along gridDim.z where the planner's estimate of waves × CTA time
+//   channel column), or one persistent CTA per SM walking those tiles in that order or taking
+//   an equal stream-K range of all tiles' K blocks (cuda/sm90/tile_schedule.cuh: a tile's owner
+//   adds the other CTAs' partial tiles in K order), split-K along gridDim.z where the planner's estimate of waves × CTA time
 //   says so: a tile's splits are one thread-block cluster (partials summed over distributed
 //   shared memory), or, where the GPU runs no clusters, go through a workspace.
 //   Producer (one thread): per 128-wide K block, two TMA copies of the activation tile (BM rows ×
@@ -47,7 +49,10 @@
 //   2. BM ∈ {64, 128, 256}. Persistent CTAs (unsplit grids of more tiles than SMs, see
 //      WeightOnlyWgmmaConfig::kPersistent) hide the next tile's pipeline fill behind the
 //      epilogue, not the epilogue itself; split grids keep one tile (or split) per CTA, and the
-//      planner weighs each CTA's fixed cost against wave quantization (sm90_tiling.h).
+//      planner weighs each CTA's fixed cost against wave quantization (sm90_tiling.h). Stream-K
+//      pays a partial tile's round trip through L2 per CTA (3–13 µs a call on the H100), so
+//      the planner takes it only where the balance gains more. 8-bit weights at BM = 256 (only
+//      ever forced) have no persistent instance: its consumers spilled.
 //   3. BM = 256 has 3 stages (2 for 8-bit weights or 4-bit g32 with zeros) in the 227 KB.
 //   4. Group sizes 32–256 as the layout allows (1, 2 or 4 groups per K block; G = 256 spans two).
 // Verify: build/cuda/tests/cpp/nibble_tests --gtest_filter='CudaWeightOnly*'
