@@ -132,6 +132,42 @@ INSTANTIATE_TEST_SUITE_P(
              to_string(p.param.out);
     });
 
+// A shape with the sm90 token tile it is forced to (NIBBLE_SM90_WEIGHT_ONLY_BM).
+struct TiledShape {
+  int64_t m, n, k;
+  const char* bm;
+};
+std::string case_name(const Case& c, const TiledShape& sh) {
+  return std::string(c.format) + " M=" + std::to_string(sh.m) + " N=" + std::to_string(sh.n) +
+         " K=" + std::to_string(sh.k) + " BM=" + sh.bm;
+}
+// 8-bit weights have no persistent 256-token instance (plan_sm90_weight_only).
+bool has_persistent_instance(const LinearFormat& f, const TiledShape& sh) {
+  return f.weight.scheme != WeightScheme::s8_sym || std::string(sh.bm) != "256";
+}
+
+// Random operands of one (format, shape) case on both devices, and the CPU reference's output.
+struct LinearOperands {
+  QuantizedWeight qw;
+  PackedWeight wd;
+  Tensor bias, bias_d, xd, ref;
+  TensorView bias_dv;
+};
+LinearOperands random_linear_operands(const LinearFormat& f, const Case& c, int64_t m, int64_t n,
+                                      int64_t k, test::Rng& rng) {
+  LinearOperands o{test::random_quantized_weight(f.weight, n, k, rng), {}, {}, {}, {}, {}, {}};
+  o.wd = pack_weight(o.qw.view(), packed_layout(f), Device::cuda());
+  o.bias = test::random_normal(DType::bf16, 1, n, rng);
+  o.bias_d = o.bias.to(Device::cuda());
+  o.bias_dv = test::as_vector(o.bias_d);
+  const TensorView bias_v = test::as_vector(o.bias);
+  const Tensor x = test::random_activations(c.x, m, k, rng);
+  o.ref = Tensor::empty(c.out, {m, n});
+  linear(x.view(), o.qw.view(), &bias_v, o.ref.view());
+  o.xd = x.to(Device::cuda());
+  return o;
+}
+
 // Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles and
 // stores each through the stage of its last K block (half a tile at a time) while the producer
 // loads the next tile. The result must be the bytes of one CTA per tile
@@ -141,11 +177,7 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
   NIBBLE_REQUIRE_GPU();
   if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
   test::Rng rng;  // fresh seed, printed on failure
-  struct Shape {
-    int64_t m, n, k;
-    const char* bm;
-  };
-  const Shape shapes[] = {{100, 9000, 384, "64"}, {1000, 4200, 256, "128"}, {300, 9000, 384, "256"}};
+  const TiledShape shapes[] = {{100, 9000, 384, "64"}, {1000, 4200, 256, "128"}, {300, 9000, 384, "256"}};
   const Case cases[] = {{"w4a16_pc", DType::bf16, DType::f32},
                         {"w4a16_g128", DType::bf16, DType::bf16},
                         {"w4a16_g32_asym", DType::f16, DType::f32},
@@ -154,34 +186,24 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
                         {"w8a16_g128", DType::bf16, DType::bf16}};
   const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
   const ScopedEnv whole_tiles("NIBBLE_SM90_STREAM_K", "0");  // stream-K: the next test
-  for (const Shape& sh : shapes) {
+  for (const TiledShape& sh : shapes) {
     const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
     for (const Case& c : cases) {
       const LinearFormat f = parse_linear_format(c.format);
-      // 8-bit weights have no persistent 256-token instance (plan_sm90_weight_only).
-      if (f.weight.scheme == WeightScheme::s8_sym && std::string(sh.bm) == "256") continue;
-      SCOPED_TRACE(std::string(c.format) + " M=" + std::to_string(sh.m) + " N=" +
-                   std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " BM=" + sh.bm);
+      if (!has_persistent_instance(f, sh)) continue;
+      SCOPED_TRACE(case_name(c, sh));
       const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
       ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
-      QuantizedWeight qw = test::random_quantized_weight(f.weight, sh.n, sh.k, rng);
-      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
-      const Tensor bias = test::random_normal(DType::bf16, 1, sh.n, rng);
-      const Tensor bias_d = bias.to(Device::cuda());
-      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
-      const Tensor x = test::random_activations(c.x, sh.m, sh.k, rng);
-      Tensor ref = Tensor::empty(c.out, {sh.m, sh.n});
-      linear(x.view(), qw.view(), &bias_v, ref.view());
-      const Tensor xd = x.to(Device::cuda());
+      const LinearOperands o = random_linear_operands(f, c, sh.m, sh.n, sh.k, rng);
       Tensor got[2];
       for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
         const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
         got[one_tile_per_cta] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
         got[one_tile_per_cta].fill_bytes(0xFF);  // NaN: every element must be written
-        linear(xd.view(), wd.view(), &bias_dv, got[one_tile_per_cta].view());
+        linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[one_tile_per_cta].view());
       }
       synchronize(Device::cuda());
-      EXPECT_LE(rel_error(got[0], ref), tolerance(f, c.x, c.out));
+      EXPECT_LE(rel_error(got[0], o.ref), tolerance(f, c.x, c.out));
       EXPECT_TRUE(same_bytes(got[0], got[1]));
     }
   }
@@ -198,32 +220,19 @@ TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
   NIBBLE_REQUIRE_GPU();
   if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
   test::Rng rng;  // fresh seed, printed on failure
-  struct Shape {
-    int64_t m, n, k;
-    const char* bm;
-  };
-  const Shape shapes[] = {{100, 5000, 4096, "256"}, {700, 3000, 1024, "128"}, {300, 9000, 384, "64"}};
+  const TiledShape shapes[] = {{100, 5000, 4096, "256"}, {700, 3000, 1024, "128"}, {300, 9000, 384, "64"}};
   const Case cases[] = {{"w4a16_g128", DType::bf16, DType::bf16},
                         {"w4a16_g32_asym", DType::f16, DType::f32},
                         {"w4a16_pc", DType::bf16, DType::f32},
                         {"w8a16", DType::f16, DType::f16}};
   const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
-  for (const Shape& sh : shapes) {
+  for (const TiledShape& sh : shapes) {
     const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
     for (const Case& c : cases) {
       const LinearFormat f = parse_linear_format(c.format);
-      if (f.weight.scheme == WeightScheme::s8_sym && std::string(sh.bm) == "256") continue;
-      SCOPED_TRACE(std::string(c.format) + " M=" + std::to_string(sh.m) + " N=" +
-                   std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " BM=" + sh.bm);
-      QuantizedWeight qw = test::random_quantized_weight(f.weight, sh.n, sh.k, rng);
-      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
-      const Tensor bias = test::random_normal(DType::bf16, 1, sh.n, rng);
-      const Tensor bias_d = bias.to(Device::cuda());
-      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
-      const Tensor x = test::random_activations(c.x, sh.m, sh.k, rng);
-      Tensor ref = Tensor::empty(c.out, {sh.m, sh.n});
-      linear(x.view(), qw.view(), &bias_v, ref.view());
-      const Tensor xd = x.to(Device::cuda());
+      if (!has_persistent_instance(f, sh)) continue;
+      SCOPED_TRACE(case_name(c, sh));
+      const LinearOperands o = random_linear_operands(f, c, sh.m, sh.n, sh.k, rng);
       Tensor got[3];  // stream-K twice, whole tiles
       for (int run = 0; run < 3; ++run) {
         const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", run < 2 ? "1" : "0");
@@ -231,10 +240,10 @@ TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
         ASSERT_EQ(why.find("stream-K") != std::string::npos, run < 2) << why;
         got[run] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
         got[run].fill_bytes(0xFF);  // NaN: every element must be written
-        linear(xd.view(), wd.view(), &bias_dv, got[run].view());
+        linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[run].view());
       }
       synchronize(Device::cuda());
-      EXPECT_LE(rel_error(got[0], ref), tolerance(f, c.x, c.out));
+      EXPECT_LE(rel_error(got[0], o.ref), tolerance(f, c.x, c.out));
       EXPECT_TRUE(same_bytes(got[0], got[1]));
       EXPECT_LE(rel_error(got[0], got[2].to(Device::cpu())), tolerance(f, c.x, c.out));
     }
