@@ -53,9 +53,11 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
 /// GEMMs (this family and sm90_weight_only_gemm) then run one tile per CTA everywhere.
 bool sm90_persistent_allowed();
 
-/// Makes stream-K a candidate of choose_sm90_tiles_by_cost (sets costs.stream_k_fixup), for
-/// both wgmma GEMM families. Measurement knobs, read per call: NIBBLE_SM90_STREAM_K=0 leaves it
-/// out (so does NIBBLE_SM90_PERSISTENT=0), NIBBLE_SM90_STREAM_K=1 takes it wherever it applies.
+/// Makes stream-K a candidate of choose_sm90_tiles_by_cost (sets costs.stream_k_slowdown and
+/// stream_k_fixup_per_token). Only sm90_weight_only_gemm has stream-K so far; it sits beside
+/// the persistent knob both families read. Measurement knobs, read per call:
+/// NIBBLE_SM90_STREAM_K=0 leaves it out (so does NIBBLE_SM90_PERSISTENT=0),
+/// NIBBLE_SM90_STREAM_K=1 takes it wherever it applies.
 void sm90_stream_k_costs(Sm90TileCosts& costs);
 
 /// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).

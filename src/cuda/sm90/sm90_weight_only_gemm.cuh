@@ -30,9 +30,10 @@
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
 //   channel column), or one persistent CTA per SM walking those tiles in that order or taking
 //   an equal stream-K range of all tiles' K blocks (cuda/sm90/tile_schedule.cuh: a tile's owner
-//   adds the other CTAs' partial tiles in K order), split-K along gridDim.z where the planner's estimate of waves × CTA time
-//   says so: a tile's splits are one thread-block cluster (partials summed over distributed
-//   shared memory), or, where the GPU runs no clusters, go through a workspace.
+//   adds the other CTAs' partial tiles in K order), split-K along gridDim.z where the
+//   planner's estimate of waves × CTA time says so: a tile's splits are one thread-block
+//   cluster (partials summed over distributed shared memory), or, where the GPU runs no
+//   clusters, go through a workspace.
 //   Producer (one thread): per 128-wide K block, two TMA copies of the activation tile (BM rows ×
 //   64 elements each, 128-byte swizzle, zero-filled past M and K), one of the weight tile (16 n8
 //   blocks) and, for group-wise formats, one of the block's group scales (and one of its zeros).
