@@ -9,7 +9,8 @@
 // and smooth vectors once per call) plus bytes written (q, scales, normed). Two references in
 // the same run: the copy ceiling (a 1 GiB cudaMemcpy, read + write) and a cudaMemcpy moving the
 // same number of bytes as the cell, rotated the same way (what a copy achieves at that size).
-// --sweep also times the planner's alternatives (chunks per thread × block size).
+// --sweep also times the planner's alternatives (chunks per thread × block size, and with a
+// smooth divisor, v recomputed instead of kept on chip).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -174,17 +175,21 @@ int run_act_quant_bench(const ActQuantBenchOptions& opt) {
 
         // The library's own plan through the public API, then (--sweep) the alternatives.
         const cuda::ActQuantArgs args0 = cuda::act_quant_args(x_view(0), out_view(0), fusion(0), static_scale);
-        const cuda::ActQuantPlan chosen = cuda::plan_act_quant(args0, dev.sm_count);
+        const cuda::ActQuantPlan chosen = cuda::plan_act_quant(args0, dev);
         std::vector<cuda::ActQuantPlanOptions> alternatives;
-        if (opt.sweep)
+        if (opt.sweep) {
           for (int chunks : {1, 2, 4, 8})
             for (int threads : {128, 256, 512}) alternatives.push_back({chunks, threads});
+          cuda::ActQuantPlanOptions recompute_v;  // the planner's split, v = y / smooth redone
+          recompute_v.keep_smoothed = false;
+          alternatives.push_back(recompute_v);
+        }
         std::vector<std::string> seen = {cuda::describe(chosen, args0)};
         for (int a = -1; a < static_cast<int>(alternatives.size()); ++a) {
           Record r = base;
           cuda::ActQuantPlan plan = chosen;
           if (a >= 0) {
-            plan = cuda::plan_act_quant(args0, dev.sm_count, alternatives[size_t(a)]);
+            plan = cuda::plan_act_quant(args0, dev, alternatives[size_t(a)]);
             const std::string d = cuda::describe(plan, args0);
             if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
             seen.push_back(d);

@@ -27,7 +27,7 @@ void quantize_activation(const TensorView& x, const QuantizedActivationView& out
   detail::DeviceGuard guard(x.device.index);
   const ActQuantArgs args = act_quant_args(x, out, fusion, static_scale);
   const DeviceInfo dev = cuda_device_info(x.device.index);
-  launch_act_quant(args, plan_act_quant(args, dev.sm_count), stream,
+  launch_act_quant(args, plan_act_quant(args, dev), stream,
                    overlapping_launch_allowed(dev.cc_major));
 }
 

@@ -145,14 +145,15 @@ TEST(CudaActQuant, LongRowsStreamedFromGlobalMemoryAreBitExact) {
   NIBBLE_REQUIRE_GPU();
   Rng rng;
 #if NIBBLE_WITH_CUDA
+  const DeviceInfo dev = cuda_device_info();
   for (DType dtype : {DType::f32, DType::bf16}) {  // the plan takes this path for these
     cuda::ActQuantArgs a;
     a.m = 3;
     a.k = 65536;
     a.x.dtype = dtype;
-    EXPECT_EQ(cuda::plan_act_quant(a, 132).chunks_per_thread, 0) << to_string(dtype);
+    EXPECT_EQ(cuda::plan_act_quant(a, dev).chunks_per_thread, 0) << to_string(dtype);
     a.k = dtype == DType::f32 ? 16384 : 32768;  // the largest rows held on chip
-    EXPECT_GT(cuda::plan_act_quant(a, 132).chunks_per_thread, 0) << to_string(dtype);
+    EXPECT_GT(cuda::plan_act_quant(a, dev).chunks_per_thread, 0) << to_string(dtype);
   }
 #endif
   int variant = 0;
@@ -166,6 +167,52 @@ TEST(CudaActQuant, LongRowsStreamedFromGlobalMemoryAreBitExact) {
   expect_bit_exact(DType::bf16, ActScheme::s8_per_token, Fusion::norm_smooth_normed, 100, 65536,
                    0, rng);
   expect_bit_exact(DType::f16, ActScheme::s4_per_token, Fusion::norm, 100, 65536, 1, rng);
+}
+
+// A dynamic scale with a smooth divisor needs v = y / smooth in two passes: the plan keeps v on
+// chip where shared memory allows (plan.smoothed_planes) and otherwise the quantizing pass divides
+// again. Both give the reference's bytes, rows of one chunk to 8 chunks a thread.
+TEST(CudaActQuant, SmoothedValuesKeptOrRecomputedAreBitExact) {
+  NIBBLE_REQUIRE_GPU();
+#if NIBBLE_WITH_CUDA
+  Rng rng;
+  const DeviceInfo dev = cuda_device_info();
+  int variant = 0;
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (ActScheme scheme :
+         {ActScheme::s8_per_token, ActScheme::s4_per_token, ActScheme::e4m3_per_token})
+      for (int64_t k : {34, 4096, 14336})
+        for (bool keep : {true, false}) {
+          const int64_t m = 17;
+          SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(scheme) + " K=" +
+                       std::to_string(k) + (keep ? " v kept" : " v recomputed"));
+          Case c = make_case(dtype, m, k, Fusion::norm_smooth_normed, variant++, rng);
+          Tensor y_ref = Tensor::empty(dtype, {m, k});
+          Tensor y_got = Tensor::empty(dtype, {m, k}, Device::cuda());
+          y_got.fill_bytes(0xA5);
+          c.host.normed = y_ref.view();
+          c.device.normed = y_got.view();
+          QuantizedActivation ref(scheme, m, k);
+          run(c.x.view(), ref.view(), c.host);
+          QuantizedActivation got(scheme, m, k, Device::cuda());
+          got.q.fill_bytes(0xA5);
+          got.scales.fill_bytes(0xA5);
+          const cuda::ActQuantArgs args = cuda::act_quant_args(c.x_dev.view(), got.view(), c.device, 0.0f);
+          cuda::ActQuantPlanOptions options;
+          options.keep_smoothed = keep;
+          const cuda::ActQuantPlan plan = cuda::plan_act_quant(args, dev, options);
+          ASSERT_GT(plan.chunks_per_thread, 0);
+          if (keep)
+            EXPECT_EQ(plan.smoothed_planes, plan.vec / 4) << cuda::describe(plan, args);
+          else
+            EXPECT_EQ(plan.smoothed_planes, 0);
+          cuda::launch_act_quant(args, plan, nullptr);
+          synchronize(Device::cuda());
+          EXPECT_TRUE(same_bytes(got.q, ref.q)) << "q";
+          EXPECT_TRUE(same_bytes(got.scales, ref.scales)) << "scales";
+          EXPECT_TRUE(same_bytes(y_got, y_ref)) << "normed";
+        }
+#endif
 }
 
 // Row strides: aligned ones (16-byte multiples, vector accesses), unaligned ones and a

@@ -79,6 +79,8 @@ namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
 constexpr int kMaxChunks = 8;     // 64 KiB of slots for 512 threads
+// The kernel's static shared memory: one max (u32) and one sum (u64) per warp.
+constexpr int kStaticSharedBytes = kMaxThreads / 32 * 12;
 
 // ---- element types --------------------------------------------------------------------------
 
@@ -358,12 +360,18 @@ struct RowChunks {
   const T* row;
   int chunks;
   int last_n;        // valid elements of the last chunk (every other chunk has V)
-  int lane, stride;  // first chunk and chunk step of this thread
+  int lane, stride;  // first chunk and chunk step (2^shift) of this thread
+  int shift;
   bool live, vectorized;
   uint4* held;  // kHeld: this thread's slot for its chunk j is held[j * slot_step]
   int slot_step;
+  int plane_step;  // kHeld: slots of a plane; plane p of chunk j is held[p * plane_step + j * slot_step]
 
   __device__ int valid(int c) const { return c == chunks - 1 ? last_n : V; }
+  // kHeld: this thread's slot for row chunk c in plane p (0: x or y; 1, 2: v).
+  __device__ uint4* slot(int c, int p) const {
+    return held + p * plane_step + ((c - lane) >> shift) * slot_step;
+  }
 
   // Issues every load of this thread's chunks before waiting for any.
   __device__ void load() {
@@ -421,6 +429,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   constexpr int V = kVec<T>;
   __shared__ uint32_t red_max[kMaxThreads / 32];
   __shared__ unsigned long long red_sum[kMaxThreads / 32];
+  static_assert(sizeof(red_max) + sizeof(red_sum) == kStaticSharedBytes);
 
   const int shift = plan.tpr_shift;
   const int64_t m = int64_t{blockIdx.x} * plan.rows_per_block + (threadIdx.x >> shift);
@@ -430,12 +439,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   row.last_n = static_cast<int>(p.k - int64_t{row.chunks - 1} * V);
   row.lane = static_cast<int>(threadIdx.x & ((1u << shift) - 1));
   row.stride = 1 << shift;
+  row.shift = shift;
   row.vectorized = plan.vectorized;
   row.row = static_cast<const T*>(p.x.data) + (row.live ? m : 0) * p.x.row_stride;
   if constexpr (kHeld) {
     extern __shared__ uint4 row_slots[];  // threads × chunks_per_thread slots of 16 bytes
     row.held = row_slots + threadIdx.x;
     row.slot_step = static_cast<int>(blockDim.x);
+    row.plane_step = static_cast<int>(blockDim.x) * plan.chunks_per_thread;
   }
   // Launched to overlap the kernel before it (cuda/launch/pdl_launch.h): the next kernel (the
   // GEMM this feeds) may start its weight prefetch now; x is read only after the wait.
@@ -547,6 +558,28 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
   };
 
+  // v as f32 words in planes 1 (elements 0..3 of a chunk) and 2 (4..7) of the held row: the max
+  // pass divides each element once and the quantizing pass reads v back (plan.smoothed_planes).
+  const bool keep_v = kHeld && !kStatic && smooth && plan.smoothed_planes > 0;
+  const auto put_v = [&](int c, const float(&v)[V]) {
+    uint4* to = row.slot(c, 1);
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q)
+      to[q * row.plane_step] = make_uint4(__float_as_uint(v[4 * q]), __float_as_uint(v[4 * q + 1]),
+                                          __float_as_uint(v[4 * q + 2]), __float_as_uint(v[4 * q + 3]));
+  };
+  const auto get_v = [&](int c, float(&v)[V]) {
+    const uint4* from = row.slot(c, 1);
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const uint4 w = from[q * row.plane_step];
+      v[4 * q] = __uint_as_float(w.x);
+      v[4 * q + 1] = __uint_as_float(w.y);
+      v[4 * q + 2] = __uint_as_float(w.z);
+      v[4 * q + 3] = __uint_as_float(w.w);
+    }
+  };
+
   float scale = p.static_scale;
   bool normalized = false;  // whether the slots hold y instead of x
   if constexpr (!kStatic) {
@@ -561,6 +594,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         smoothed(c, chunk, n, v);
 #pragma unroll
         for (int i = 0; i < V; ++i) f32_max = max(f32_max, abs_bits(v[i]));
+        if (keep_v) put_v(c, v);
       }
     };
     if (norm) {
@@ -613,7 +647,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   row.visit([&](int c, uint4& chunk, int n) {
     const uint4 y = norm && !normalized ? normalize(c, chunk, n) : chunk;
     float v[V];
-    smoothed(c, y, n, v);
+    if (keep_v)
+      get_v(c, v);
+    else
+      smoothed(c, y, n, v);
     uint32_t q[kQWords];  // the chunk's codes, little-endian
     if constexpr (kQ == DType::e4m3) {
 #pragma unroll
@@ -653,11 +690,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
 // ---- instances and launch ---------------------------------------------------------------------
 
-// Up to 512 threads × 8 chunks × 16 bytes = 64 KiB of slots: past the 48 KiB default.
+// Up to 512 threads × 8 chunks × 16 bytes = 64 KiB of slots, three times that with v kept
+// (plan.smoothed_planes): past the 48 KiB default.
 template <auto Kernel>
 void launch_kernel(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream,
                    bool overlap) {
-  allow_dynamic_smem<Kernel>(kMaxThreads * kMaxChunks * 16);
+  raise_dynamic_smem<Kernel>(plan.shared_bytes());
   launch_overlapping(Kernel, dim3(static_cast<unsigned>(plan.blocks)),
                      dim3(static_cast<unsigned>(plan.threads())), plan.shared_bytes(), stream,
                      overlap, 1, args, plan);
@@ -725,8 +763,9 @@ ActQuantArgs act_quant_args(const TensorView& x, const QuantizedActivationView& 
   return args;
 }
 
-ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
+ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
                             const ActQuantPlanOptions& options) {
+  const int sm_count = dev.sm_count;
   ActQuantPlan plan;
   const int64_t x_bytes = dtype_bits(a.x.dtype) / 8;
   plan.vec = static_cast<int>(16 / x_bytes);
@@ -784,6 +823,15 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, int sm_count,
       plan.rows_per_block /= 2;
   }
   plan.blocks = (a.m + plan.rows_per_block - 1) / plan.rows_per_block;
+  // A dynamic scale with a smooth divisor needs v twice (max |v|, then the codes): keeping v
+  // on chip (f32, vec / 4 more planes of slots) saves the second correctly rounded division
+  // per element, where the device's shared memory per block allows it.
+  if (a.smooth.data != nullptr && a.static_scale <= 0.0f && plan.chunks_per_thread > 0 &&
+      options.keep_smoothed) {
+    const int planes = plan.vec / 4;
+    const int64_t bytes = int64_t{plan.threads()} * plan.chunks_per_thread * 16 * (1 + planes);
+    if (bytes + kStaticSharedBytes <= dev.smem_per_block_optin) plan.smoothed_planes = planes;
+  }
   const int64_t q_chunk = a.q_dtype == DType::s4 ? plan.vec / 2 : plan.vec;
   const auto vector_ok = [&](const Operand& t) {
     return t.data == nullptr ||
@@ -804,7 +852,8 @@ std::string describe(const ActQuantPlan& plan, const ActQuantArgs& args) {
                   " threads/row";
   if (plan.chunks_per_thread > 0)
     s += " x " + std::to_string(plan.chunks_per_thread) + " chunks in shared memory, " +
-         std::to_string(plan.rows_per_block) + " rows/block";
+         std::to_string(plan.rows_per_block) + " rows/block" +
+         (plan.smoothed_planes > 0 ? ", v = y / smooth kept on chip" : "");
   else
     s += ", row streamed from global memory per pass";
   return s + (plan.vectorized ? ", 16-byte accesses" : ", element accesses");

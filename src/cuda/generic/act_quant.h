@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/common/operand.h"
+#include "nibble/device.h"
 #include "nibble/quantize.h"
 #include "nibble/types.h"
 
@@ -37,6 +38,9 @@ struct ActQuantPlan {
   int chunks_per_thread = 0;  ///< 1, 2, 4 or 8 held in shared memory; 0: the row does not
                               ///< fit on chip and is streamed from global memory once per pass
   int rows_per_block = 0;
+  int smoothed_planes = 0;    ///< held rows with a smooth divisor: v = y / smooth is kept on chip
+                              ///< as f32 in this many extra planes of 16-byte slots (vec / 4),
+                              ///< so each element is divided once; 0: v is recomputed
   bool vectorized = false;    ///< every row and vector start is aligned for 16-byte (x, normed)
                               ///< and chunk-sized (q, rms_weight, smooth) accesses
   int rms_bits = 0;           ///< 62 − ceil(log2 K): the fixed point of RMSNorm's sum
@@ -44,8 +48,8 @@ struct ActQuantPlan {
   double inv_qmax = 0;        ///< RN64(1 / qmax): the dynamic scale amax / qmax
   int64_t blocks = 0;
   int threads() const { return threads_per_row * rows_per_block; }
-  /// Dynamic shared memory of a launch: 16 bytes per chunk held.
-  int shared_bytes() const { return threads() * chunks_per_thread * 16; }
+  /// Dynamic shared memory of a launch: 16 bytes per chunk held, and per smoothed plane.
+  int shared_bytes() const { return threads() * chunks_per_thread * 16 * (1 + smoothed_planes); }
 };
 
 /// The arguments of a validated call (static_scale 0: per token).
@@ -58,10 +62,11 @@ struct ActQuantPlanOptions {
   int max_chunks = 0;       ///< chunks a thread holds at most (1, 2, 4 or 8); 0: the
                             ///< planner's measured choice (by fusion, row length and M)
   int block_threads = 256;  ///< short rows share blocks of about this many threads
+  bool keep_smoothed = true;  ///< keep v = y / smooth on chip where shared memory allows
 };
 
-/// The split for these arguments on a GPU with `sm_count` SMs.
-ActQuantPlan plan_act_quant(const ActQuantArgs& args, int sm_count,
+/// The split for these arguments on `dev` (its SM count and shared memory per block).
+ActQuantPlan plan_act_quant(const ActQuantArgs& args, const DeviceInfo& dev,
                             const ActQuantPlanOptions& options = {});
 /// E.g. "act_quant bf16->s8, 64 threads/row x 8 chunks in shared memory, 4 rows/block,
 /// 16-byte accesses".

@@ -3,6 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "common/cuda_runtime_check.h"
 
 namespace nibble::cuda {
@@ -16,6 +19,20 @@ void allow_dynamic_smem(int bytes) {
     return true;
   }();
   (void)configured;
+}
+
+/// Raises `Kernel`'s limit to at least `bytes` when a launch needs more than any before it: for
+/// kernels whose shared memory depends on the plan, up to what the device allows (the planner
+/// checks that), so a smaller device never sees a request above its own limit.
+template <auto Kernel>
+void raise_dynamic_smem(int bytes) {
+  static std::atomic<int> configured{48 * 1024};  // the default limit; only ever raised
+  static std::mutex raising;
+  if (bytes <= configured.load(std::memory_order_acquire)) return;
+  const std::lock_guard<std::mutex> lock(raising);
+  if (bytes <= configured.load(std::memory_order_relaxed)) return;
+  NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  configured.store(bytes, std::memory_order_release);
 }
 
 }  // namespace nibble::cuda
