@@ -26,7 +26,9 @@ void allow_dynamic_smem(int bytes) {
 /// checks that), so a smaller device never sees a request above its own limit.
 template <auto Kernel>
 void raise_dynamic_smem(int bytes) {
-  static std::atomic<int> configured{48 * 1024};  // the default limit; only ever raised
+  // Set on the first launch whatever its size: the default limit is 48 KiB less the kernel's
+  // static shared memory. Only ever raised after that.
+  static std::atomic<int> configured{-1};
   static std::mutex raising;
   if (bytes <= configured.load(std::memory_order_acquire)) return;
   const std::lock_guard<std::mutex> lock(raising);
