@@ -169,6 +169,58 @@ TEST(CudaActQuant, LongRowsStreamedFromGlobalMemoryAreBitExact) {
   expect_bit_exact(DType::f16, ActScheme::s4_per_token, Fusion::norm, 100, 65536, 1, rng);
 }
 
+#if NIBBLE_WITH_CUDA
+// The planner alone (no GPU needed): v is kept on chip for a dynamic scale with a smooth divisor
+// when the row holds at most 4 chunks a thread and the device's shared memory per block allows
+// the extra planes; never for a static scale (v is needed once) or rows streamed from memory.
+TEST(CudaActQuantPlan, KeepsSmoothedValuesWhereSharedMemoryAllows) {
+  DeviceInfo big, small;
+  big.sm_count = small.sm_count = 132;
+  big.smem_per_block_optin = 227 * 1024;   // H100
+  small.smem_per_block_optin = 64 * 1024;  // less than 512 threads x 4 chunks x 48 bytes
+  int dummy = 0;
+  const auto args = [&](DType x, int64_t m, int64_t k, float static_scale) {
+    cuda::ActQuantArgs a;
+    a.m = m;
+    a.k = k;
+    a.x.dtype = x;
+    a.smooth.data = &dummy;
+    a.smooth.dtype = DType::f32;
+    a.static_scale = static_scale;
+    return a;
+  };
+  struct Want {
+    DType x;
+    int64_t m, k;
+    float static_scale;
+    int threads, chunks, planes_big, planes_small;
+  };
+  const Want wants[] = {
+      {DType::bf16, 4096, 4096, 0.0f, 128, 4, 2, 2},   // 256-thread blocks: 48 KiB
+      {DType::bf16, 4096, 14336, 0.0f, 512, 4, 2, 0},  // 96 KiB
+      {DType::bf16, 4096, 28672, 0.0f, 512, 8, 0, 0},  // 8 chunks: v recomputed
+      {DType::bf16, 4096, 65536, 0.0f, 512, 0, 0, 0},  // streamed
+      {DType::bf16, 4096, 4096, 0.02f, 128, 4, 0, 0},  // static: v needed once
+      {DType::f32, 4096, 4096, 0.0f, 256, 4, 1, 1},    // f32 x: v fits one plane
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(std::string(to_string(w.x)) + " M=" + std::to_string(w.m) + " K=" +
+                 std::to_string(w.k) + (w.static_scale > 0 ? " static" : " dynamic"));
+    const cuda::ActQuantArgs a = args(w.x, w.m, w.k, w.static_scale);
+    const cuda::ActQuantPlan on_big = cuda::plan_act_quant(a, big);
+    EXPECT_EQ(on_big.threads_per_row, w.threads);
+    EXPECT_EQ(on_big.chunks_per_thread, w.chunks);
+    EXPECT_EQ(on_big.smoothed_planes, w.planes_big) << cuda::describe(on_big, a);
+    const cuda::ActQuantPlan on_small = cuda::plan_act_quant(a, small);
+    EXPECT_EQ(on_small.smoothed_planes, w.planes_small) << cuda::describe(on_small, a);
+    EXPECT_LE(on_small.shared_bytes(), small.smem_per_block_optin);
+    cuda::ActQuantPlanOptions recompute;
+    recompute.keep_smoothed = false;
+    EXPECT_EQ(cuda::plan_act_quant(a, big, recompute).smoothed_planes, 0);
+  }
+}
+#endif
+
 // A dynamic scale with a smooth divisor needs v = y / smooth in two passes: the plan keeps v on
 // chip where shared memory allows (plan.smoothed_planes) and otherwise the quantizing pass divides
 // again. Both give the reference's bytes, rows of one chunk to 8 chunks a thread.

@@ -794,9 +794,10 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
   const bool fused = a.rms_weight.data != nullptr || a.smooth.data != nullptr;
   const bool keeps_v = a.smooth.data != nullptr && a.static_scale <= 0.0f && options.keep_smoothed;
   const bool automatic = options.max_chunks <= 0;
-  const int64_t max_chunks = !automatic ? std::min(options.max_chunks, kMaxChunks)
-                             : fused && threads_for(4) <= (keeps_v ? kMaxThreads : 256) ? 4
-                                                                                       : kMaxChunks;
+  const int64_t max_chunks =
+      !automatic ? std::min(options.max_chunks, kMaxChunks)
+      : fused && chunks <= int64_t{4} * (keeps_v ? kMaxThreads : 256) ? 4
+                                                                       : kMaxChunks;
   // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
   // row's loads are then all in flight at once and its reductions span few warps.
   plan.threads_per_row = threads_for(max_chunks);
