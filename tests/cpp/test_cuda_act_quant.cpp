@@ -254,10 +254,9 @@ TEST(CudaActQuant, SmoothedValuesKeptOrRecomputedAreBitExact) {
           options.keep_smoothed = keep;
           const cuda::ActQuantPlan plan = cuda::plan_act_quant(args, dev, options);
           ASSERT_GT(plan.chunks_per_thread, 0);
-          if (keep)
-            EXPECT_EQ(plan.smoothed_planes, plan.vec / 4) << cuda::describe(plan, args);
-          else
-            EXPECT_EQ(plan.smoothed_planes, 0);
+          // Kept where the row holds at most 4 chunks a thread (f32 x at K = 14336 holds 8).
+          const bool kept = keep && plan.chunks_per_thread <= 4;
+          EXPECT_EQ(plan.smoothed_planes, kept ? plan.vec / 4 : 0) << cuda::describe(plan, args);
           cuda::launch_act_quant(args, plan, nullptr);
           synchronize(Device::cuda());
           EXPECT_TRUE(same_bytes(got.q, ref.q)) << "q";

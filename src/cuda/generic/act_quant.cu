@@ -34,6 +34,10 @@
 // and measured 1.05–2.6× faster in every cell of `nibble bench act-quant` (H100, 2026-11-23).
 // Longer rows (K > 32768 for 16-bit x, > 16384 for f32) stream x from global memory once per
 // pass instead (up to four; the row is then usually in L2).
+// With a smooth divisor and a dynamic scale, the max pass also writes v = y / smooth as f32 into
+// vec / 4 more planes of slots (plan.smoothed_planes) and the last pass reads it back, so each
+// element is divided once, not twice (4096 × 4096 bf16: 61 → 50 µs); rows of more than 4 chunks
+// a thread, and devices short of shared memory, divide again instead.
 // 16-bit x works on element pairs as stored: one cvt.rn.{bf16x2,f16x2}.f32 rounds two products
 // to T, one max.u16x2 takes two magnitudes, and on sm_90 a weight of x's dtype multiplies two
 // elements (mul.rn pairs). Integer codes come from adding 1.5·2^23 (the quotient rounded half to
