@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -93,8 +94,11 @@ void run(const TensorView& x, const QuantizedActivationView& out, const ActQuant
 }
 
 // One case on both devices; every output compared byte for byte.
+// How the device side runs a case (the default: the public API, as run() does).
+using DeviceRun = std::function<void(const Case&, const QuantizedActivationView&)>;
+
 void expect_bit_exact(DType dtype, ActScheme scheme, Fusion fusion, int64_t m, int64_t k,
-                      int variant, Rng& rng) {
+                      int variant, Rng& rng, const DeviceRun& run_device = {}) {
   SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(scheme) + " " +
                name_of(fusion) + " M=" + std::to_string(m) + " K=" + std::to_string(k));
   Case c = make_case(dtype, m, k, fusion, variant, rng);
@@ -112,7 +116,10 @@ void expect_bit_exact(DType dtype, ActScheme scheme, Fusion fusion, int64_t m, i
   QuantizedActivation got(scheme, m, k, Device::cuda());
   got.q.fill_bytes(0xA5);
   got.scales.fill_bytes(0xA5);
-  run(c.x_dev.view(), got.view(), c.device);
+  if (run_device)
+    run_device(c, got.view());
+  else
+    run(c.x_dev.view(), got.view(), c.device);
   synchronize(Device::cuda());
   EXPECT_TRUE(same_bytes(got.q, ref.q)) << "q";
   EXPECT_TRUE(same_bytes(got.scales, ref.scales)) << "scales";
@@ -235,33 +242,22 @@ TEST(CudaActQuant, SmoothedValuesKeptOrRecomputedAreBitExact) {
          {ActScheme::s8_per_token, ActScheme::s4_per_token, ActScheme::e4m3_per_token})
       for (int64_t k : {34, 4096, 14336})
         for (bool keep : {true, false}) {
-          const int64_t m = 17;
-          SCOPED_TRACE(std::string(to_string(dtype)) + " " + to_string(scheme) + " K=" +
-                       std::to_string(k) + (keep ? " v kept" : " v recomputed"));
-          Case c = make_case(dtype, m, k, Fusion::norm_smooth_normed, variant++, rng);
-          Tensor y_ref = Tensor::empty(dtype, {m, k});
-          Tensor y_got = Tensor::empty(dtype, {m, k}, Device::cuda());
-          y_got.fill_bytes(0xA5);
-          c.host.normed = y_ref.view();
-          c.device.normed = y_got.view();
-          QuantizedActivation ref(scheme, m, k);
-          run(c.x.view(), ref.view(), c.host);
-          QuantizedActivation got(scheme, m, k, Device::cuda());
-          got.q.fill_bytes(0xA5);
-          got.scales.fill_bytes(0xA5);
-          const cuda::ActQuantArgs args = cuda::act_quant_args(c.x_dev.view(), got.view(), c.device, 0.0f);
-          cuda::ActQuantPlanOptions options;
-          options.keep_smoothed = keep;
-          const cuda::ActQuantPlan plan = cuda::plan_act_quant(args, dev, options);
-          ASSERT_GT(plan.chunks_per_thread, 0);
-          // Kept where the row holds at most 4 chunks a thread (f32 x at K = 14336 holds 8).
-          const bool kept = keep && plan.chunks_per_thread <= 4;
-          EXPECT_EQ(plan.smoothed_planes, kept ? plan.vec / 4 : 0) << cuda::describe(plan, args);
-          cuda::launch_act_quant(args, plan, nullptr);
-          synchronize(Device::cuda());
-          EXPECT_TRUE(same_bytes(got.q, ref.q)) << "q";
-          EXPECT_TRUE(same_bytes(got.scales, ref.scales)) << "scales";
-          EXPECT_TRUE(same_bytes(y_got, y_ref)) << "normed";
+          SCOPED_TRACE(keep ? "v kept" : "v recomputed");
+          expect_bit_exact(
+              dtype, scheme, Fusion::norm_smooth_normed, 17, k, variant++, rng,
+              [&](const Case& c, const QuantizedActivationView& out) {
+                const cuda::ActQuantArgs args =
+                    cuda::act_quant_args(c.x_dev.view(), out, c.device, 0.0f);
+                cuda::ActQuantPlanOptions options;
+                options.keep_smoothed = keep;
+                const cuda::ActQuantPlan plan = cuda::plan_act_quant(args, dev, options);
+                // Kept where the row holds at most 4 chunks a thread (f32 x at K = 14336: 8).
+                const bool kept = keep && plan.chunks_per_thread > 0 && plan.chunks_per_thread <= 4;
+                EXPECT_GT(plan.chunks_per_thread, 0);
+                EXPECT_EQ(plan.smoothed_planes, kept ? plan.vec / 4 : 0)
+                    << cuda::describe(plan, args);
+                cuda::launch_act_quant(args, plan, nullptr);
+              });
         }
 #endif
 }

@@ -11,6 +11,7 @@
 #endif
 
 #include <cstdlib>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -168,6 +169,24 @@ LinearOperands random_linear_operands(const LinearFormat& f, const Case& c, int6
   return o;
 }
 
+// Runs body(format, case, shape, operands) on sm90_weight_only_gemm for every shape at its token
+// tile and every case that has a persistent instance there, on fresh random operands.
+template <class Body>
+void for_each_sm90_case(std::initializer_list<TiledShape> shapes, std::initializer_list<Case> cases,
+                        Body body) {
+  test::Rng rng;  // fresh seed, printed on failure
+  const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
+  for (const TiledShape& sh : shapes) {
+    const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
+    for (const Case& c : cases) {
+      const LinearFormat f = parse_linear_format(c.format);
+      if (!has_persistent_instance(f, sh)) continue;
+      SCOPED_TRACE(case_name(c, sh));
+      body(f, c, sh, random_linear_operands(f, c, sh.m, sh.n, sh.k, rng));
+    }
+  }
+}
+
 // Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles and
 // stores each through the stage of its last K block (half a tile at a time) while the producer
 // loads the next tile. The result must be the bytes of one CTA per tile
@@ -176,37 +195,29 @@ LinearOperands random_linear_operands(const LinearFormat& f, const Case& c, int6
 TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
   NIBBLE_REQUIRE_GPU();
   if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
-  test::Rng rng;  // fresh seed, printed on failure
-  const TiledShape shapes[] = {{100, 9000, 384, "64"}, {1000, 4200, 256, "128"}, {300, 9000, 384, "256"}};
-  const Case cases[] = {{"w4a16_pc", DType::bf16, DType::f32},
-                        {"w4a16_g128", DType::bf16, DType::bf16},
-                        {"w4a16_g32_asym", DType::f16, DType::f32},
-                        {"w4a16_g128_fzp", DType::bf16, DType::bf16},
-                        {"w8a16", DType::f16, DType::f16},
-                        {"w8a16_g128", DType::bf16, DType::bf16}};
-  const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
   const ScopedEnv whole_tiles("NIBBLE_SM90_STREAM_K", "0");  // stream-K: the next test
-  for (const TiledShape& sh : shapes) {
-    const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
-    for (const Case& c : cases) {
-      const LinearFormat f = parse_linear_format(c.format);
-      if (!has_persistent_instance(f, sh)) continue;
-      SCOPED_TRACE(case_name(c, sh));
-      const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
-      ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
-      const LinearOperands o = random_linear_operands(f, c, sh.m, sh.n, sh.k, rng);
-      Tensor got[2];
-      for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
-        const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
-        got[one_tile_per_cta] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
-        got[one_tile_per_cta].fill_bytes(0xFF);  // NaN: every element must be written
-        linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[one_tile_per_cta].view());
-      }
-      synchronize(Device::cuda());
-      EXPECT_LE(rel_error(got[0], o.ref), tolerance(f, c.x, c.out));
-      EXPECT_TRUE(same_bytes(got[0], got[1]));
-    }
-  }
+  for_each_sm90_case(
+      {{100, 9000, 384, "64"}, {1000, 4200, 256, "128"}, {300, 9000, 384, "256"}},
+      {{"w4a16_pc", DType::bf16, DType::f32},
+       {"w4a16_g128", DType::bf16, DType::bf16},
+       {"w4a16_g32_asym", DType::f16, DType::f32},
+       {"w4a16_g128_fzp", DType::bf16, DType::bf16},
+       {"w8a16", DType::f16, DType::f16},
+       {"w8a16_g128", DType::bf16, DType::bf16}},
+      [](const LinearFormat& f, const Case& c, const TiledShape& sh, const LinearOperands& o) {
+        const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
+        ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
+        Tensor got[2];
+        for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
+          const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
+          got[one_tile_per_cta] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
+          got[one_tile_per_cta].fill_bytes(0xFF);  // NaN: every element must be written
+          linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[one_tile_per_cta].view());
+        }
+        synchronize(Device::cuda());
+        EXPECT_LE(rel_error(got[0], o.ref), tolerance(f, c.x, c.out));
+        EXPECT_TRUE(same_bytes(got[0], got[1]));
+      });
 }
 
 // Stream-K: every SM's CTA takes an equal range of the tiles' K blocks, and a tile's owner adds
@@ -219,35 +230,27 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
 TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
   NIBBLE_REQUIRE_GPU();
   if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
-  test::Rng rng;  // fresh seed, printed on failure
-  const TiledShape shapes[] = {{100, 5000, 4096, "256"}, {700, 3000, 1024, "128"}, {300, 9000, 384, "64"}};
-  const Case cases[] = {{"w4a16_g128", DType::bf16, DType::bf16},
-                        {"w4a16_g32_asym", DType::f16, DType::f32},
-                        {"w4a16_pc", DType::bf16, DType::f32},
-                        {"w8a16", DType::f16, DType::f16}};
-  const ScopedEnv kernel("NIBBLE_WEIGHT_ONLY_KERNEL", "sm90_weight_only_gemm");
-  for (const TiledShape& sh : shapes) {
-    const ScopedEnv bm("NIBBLE_SM90_WEIGHT_ONLY_BM", sh.bm);
-    for (const Case& c : cases) {
-      const LinearFormat f = parse_linear_format(c.format);
-      if (!has_persistent_instance(f, sh)) continue;
-      SCOPED_TRACE(case_name(c, sh));
-      const LinearOperands o = random_linear_operands(f, c, sh.m, sh.n, sh.k, rng);
-      Tensor got[3];  // stream-K twice, whole tiles
-      for (int run = 0; run < 3; ++run) {
-        const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", run < 2 ? "1" : "0");
-        const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
-        ASSERT_EQ(why.find("stream-K") != std::string::npos, run < 2) << why;
-        got[run] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
-        got[run].fill_bytes(0xFF);  // NaN: every element must be written
-        linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[run].view());
-      }
-      synchronize(Device::cuda());
-      EXPECT_LE(rel_error(got[0], o.ref), tolerance(f, c.x, c.out));
-      EXPECT_TRUE(same_bytes(got[0], got[1]));
-      EXPECT_LE(rel_error(got[0], got[2].to(Device::cpu())), tolerance(f, c.x, c.out));
-    }
-  }
+  for_each_sm90_case(
+      {{100, 5000, 4096, "256"}, {700, 3000, 1024, "128"}, {300, 9000, 384, "64"}},
+      {{"w4a16_g128", DType::bf16, DType::bf16},
+       {"w4a16_g32_asym", DType::f16, DType::f32},
+       {"w4a16_pc", DType::bf16, DType::f32},
+       {"w8a16", DType::f16, DType::f16}},
+      [](const LinearFormat& f, const Case& c, const TiledShape& sh, const LinearOperands& o) {
+        Tensor got[3];  // stream-K twice, whole tiles
+        for (int run = 0; run < 3; ++run) {
+          const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", run < 2 ? "1" : "0");
+          const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
+          ASSERT_EQ(why.find("stream-K") != std::string::npos, run < 2) << why;
+          got[run] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
+          got[run].fill_bytes(0xFF);  // NaN: every element must be written
+          linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[run].view());
+        }
+        synchronize(Device::cuda());
+        EXPECT_LE(rel_error(got[0], o.ref), tolerance(f, c.x, c.out));
+        EXPECT_TRUE(same_bytes(got[0], got[1]));
+        EXPECT_LE(rel_error(got[0], got[2].to(Device::cpu())), tolerance(f, c.x, c.out));
+      });
 }
 
 TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {

@@ -50,6 +50,15 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
   Sm90TileChoice best;
   double best_cost = 0;
   bool any_cluster = false;
+  // Keeps candidate c (its K split already set) for bm tokens a tile if it costs the least yet.
+  const auto consider = [&](Sm90TileChoice c, int bm, int64_t tiles_m, double cost) {
+    if (best.bm != 0 && cost >= best_cost) return;
+    best_cost = cost;
+    c.bm = bm;
+    c.tiles_m = static_cast<int>(tiles_m);
+    c.tiles_n = static_cast<int>(tiles_n);
+    best = c;
+  };
   for (const auto& [bm, per_kblock] : {std::pair{256, costs.kblock_256},
                                       std::pair{128, costs.kblock_128},
                                       std::pair{64, costs.kblock_64}}) {
@@ -62,18 +71,13 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
     if (costs.stream_k_slowdown > 0 &&
         static_cast<double>(tile_slots - tiles) >= kStreamKMinIdleShare * tile_slots &&
         units >= int64_t{kMinStreamKBlocksPerCta} * sm_count) {
-      const double cost = static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock *
-                              costs.stream_k_slowdown +
-                          costs.fixed + 2.0 + costs.stream_k_fixup_per_token * bm;
-      if (best.bm == 0 || cost < best_cost) {
-        best_cost = cost;
-        best = Sm90TileChoice{};
-        best.bm = bm;
-        best.tiles_m = static_cast<int>(tiles_m);
-        best.tiles_n = static_cast<int>(tiles_n);
-        best.kblocks_per_split = kblocks;
-        best.stream_k = true;
-      }
+      Sm90TileChoice c;
+      c.kblocks_per_split = kblocks;
+      c.stream_k = true;
+      consider(c, bm, tiles_m,
+               static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock *
+                       costs.stream_k_slowdown +
+                   costs.fixed + 2.0 + costs.stream_k_fixup_per_token * bm);
     }
     if (costs.stream_k_only) continue;
     for (int s = 1; s <= kMaxSm90ClusterSplits; ++s) {
@@ -87,17 +91,10 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
       if (slots <= 0) continue;
       any_cluster = any_cluster || s > 1;
       const int64_t waves = (tiles + slots - 1) / slots;
-      const double cost =
-          static_cast<double>(waves) * (c.kblocks_per_split * per_kblock + costs.fixed +
-                                        (s > 1 ? costs.cluster_reduce : 0));
-      if (best.bm == 0 || cost < best_cost) {
-        best_cost = cost;
-        c.bm = bm;
-        c.tiles_m = static_cast<int>(tiles_m);
-        c.tiles_n = static_cast<int>(tiles_n);
-        c.cluster_split = s > 1;
-        best = c;
-      }
+      c.cluster_split = s > 1;
+      consider(c, bm, tiles_m,
+               static_cast<double>(waves) * (c.kblocks_per_split * per_kblock + costs.fixed +
+                                             (s > 1 ? costs.cluster_reduce : 0)));
     }
   }
   if (costs.stream_k_only && best.bm == 0) {  // no stream-K candidate: the other choices

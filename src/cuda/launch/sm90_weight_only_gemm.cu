@@ -259,14 +259,15 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
   p.stream_k = plan.stream_k;
-  if (plan.stream_k) {  // one partial tile and one flag per CTA
-    const SplitKWorkspace ws = split_k_workspace(
-        l.device, stream, size_t(plan.slots) * plan.bm * 128 * 4, size_t(plan.slots));
-    p.workspace = ws.partials;
-    p.counters = ws.counters;
-  } else if (plan.splits > 1 && !plan.cluster_split) {
-    const SplitKWorkspace ws = split_k_workspace(
-        l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
+  // Stream-K: one f32 partial tile and one flag per CTA; split-K through the workspace: every
+  // split's f32 outputs and one counter per tile.
+  if (plan.stream_k || (plan.splits > 1 && !plan.cluster_split)) {
+    const SplitKWorkspace ws =
+        plan.stream_k
+            ? split_k_workspace(l.device, stream, size_t(plan.slots) * plan.bm * 128 * 4,
+                                size_t(plan.slots))
+            : split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
+                                size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;
     p.counters = ws.counters;
   }

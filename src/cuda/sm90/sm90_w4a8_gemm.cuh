@@ -303,225 +303,229 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
   int kb_done = 0;  // K blocks consumed for this CTA's earlier tiles: the ring position
   for (int tile_seq = first_tile; tile_seq < tile_count; tile_seq += tile_stride) {
-  const TileCoord tile = tile_at(tile_seq);
-  const int tile_m = tile.m, tile_n = tile.n;
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  // The per-token scale of token row tid - 128 of the tile, loaded now so that its latency hides
-  // behind the main loop; the epilogue shares the BM of them through shared memory.
-  const int scale_row = tid - 128;
-  float row_a_scale = 0.0f;
-  if constexpr (EPI != W4A8Epilogue::s32)
-    if (scale_row < BM && m0 + scale_row < p.m)
-      row_a_scale = p.a_scales[int64_t(m0 + scale_row) * p.a_scale_step];
+    const TileCoord tile = tile_at(tile_seq);
+    const int tile_m = tile.m, tile_n = tile.n;
+    const int m0 = tile_m * BM, n0 = tile_n * BN;
+    // The per-token scale of token row tid - 128 of the tile, loaded now so that its latency hides
+    // behind the main loop; the epilogue shares the BM of them through shared memory.
+    const int scale_row = tid - 128;
+    float row_a_scale = 0.0f;
+    if constexpr (EPI != W4A8Epilogue::s32)
+      if (scale_row < BM && m0 + scale_row < p.m)
+        row_a_scale = p.a_scales[int64_t(m0 + scale_row) * p.a_scale_step];
 
-  using Acc = std::conditional_t<Cfg::kFp8, float, int32_t>;
-  Acc acc[kAcc];
-  float facc[Cfg::kGroupScales ? kAcc : 1];  // the f32 running sums
+    using Acc = std::conditional_t<Cfg::kFp8, float, int32_t>;
+    Acc acc[kAcc];
+    float facc[Cfg::kGroupScales ? kAcc : 1];  // the f32 running sums
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0;
-  if constexpr (Cfg::kGroupScales) {
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0;
+    if constexpr (Cfg::kGroupScales) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
-  }
+      for (int i = 0; i < kAcc; ++i) facc[i] = 0.0f;
+    }
 
-  // One K block: wait for its stage and convert this lane's weight words into frag (the A
-  // fragments of the block's four k32 steps; int8 weights need none, wgmma reads them from
-  // shared memory). Returns the stage.
-  auto decode_block = [&](int it, uint32_t (&frag)[4][4]) {
-    const int ring_it = kb_done + it;
-    const int s = ring_it % STAGES;
-    ptx::mbarrier_wait(&full[s], (ring_it / STAGES) & 1);
-    const uint8_t* w_sh = smem + s * Cfg::kStageBytes + Cfg::kABytes;
-    if constexpr (!Cfg::kW8) {
-      const uint8_t* g_sh = w_sh + Cfg::kWBytes;
-      const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
-      const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
-      uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
-      if constexpr (Cfg::kGroupParams) {
-        const uint16_t* prm = reinterpret_cast<const uint16_t*>(g_sh);
-        two_level_operands(prm[ch_local], gs0, off0);
-        two_level_operands(prm[ch_local + 8], gs1, off1);
-      }
-      const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if constexpr (Cfg::kFp8) {
-          frag[j][0] = decode_low_nibbles_e4m3(word0[j]);
-          frag[j][1] = decode_low_nibbles_e4m3(word1[j]);
-          frag[j][2] = decode_high_nibbles_e4m3(word0[j]);
-          frag[j][3] = decode_high_nibbles_e4m3(word1[j]);
-        } else {
-          frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
-          frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
-          frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
-          frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+    // One K block: wait for its stage and convert this lane's weight words into frag (the A
+    // fragments of the block's four k32 steps; int8 weights need none, wgmma reads them from
+    // shared memory). Returns the stage.
+    auto decode_block = [&](int it, uint32_t (&frag)[4][4]) {
+      const int ring_it = kb_done + it;
+      const int s = ring_it % STAGES;
+      ptx::mbarrier_wait(&full[s], (ring_it / STAGES) & 1);
+      const uint8_t* w_sh = smem + s * Cfg::kStageBytes + Cfg::kABytes;
+      if constexpr (!Cfg::kW8) {
+        const uint8_t* g_sh = w_sh + Cfg::kWBytes;
+        const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
+        const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
+        uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
+        if constexpr (Cfg::kGroupParams) {
+          const uint16_t* prm = reinterpret_cast<const uint16_t*>(g_sh);
+          two_level_operands(prm[ch_local], gs0, off0);
+          two_level_operands(prm[ch_local + 8], gs1, off1);
         }
+        const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if constexpr (Cfg::kFp8) {
+            frag[j][0] = decode_low_nibbles_e4m3(word0[j]);
+            frag[j][1] = decode_low_nibbles_e4m3(word1[j]);
+            frag[j][2] = decode_high_nibbles_e4m3(word0[j]);
+            frag[j][3] = decode_high_nibbles_e4m3(word1[j]);
+          } else {
+            frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
+            frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
+            frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
+            frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
+          }
+        }
+      } else {
+        (void)frag;
       }
-    } else {
-      (void)frag;
-    }
-    return s;
-  };
-  // Issue and commit the block's four wgmma; `restart`: the first overwrites the accumulators
-  // (formats with running f32 sums restart them after each fold).
-  auto issue = [&](int s, uint32_t (&frag)[4][4], bool restart) {
-    const uint8_t* stage = smem + s * Cfg::kStageBytes;
-    const uint64_t desc = ptx::smem_desc_k128_sw128(stage);
-    // int8 weights: this warpgroup's 64 rows of the weight tile (1024-byte aligned) are A.
-    const uint64_t desc_w = ptx::smem_desc_k128_sw128(stage + Cfg::kABytes + 64 * cw * Cfg::kBK);
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // +32 bytes (2 descriptor units) per k32 step
-      const int accumulate = restart && j == 0 ? 0 : 1;
-      if constexpr (Cfg::kW8)
-        ptx::wgmma_s8_ss<BM>(acc, desc_w + 2 * j, desc + 2 * j, 1);
-      else if constexpr (Cfg::kFp8)
-        ptx::wgmma_e4m3_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
-      else
-        ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
-    }
-    ptx::wgmma_commit();
-  };
-  // wgmma reads its register operands asynchronously: a block's fragments must stay untouched
-  // until its group has completed, which is what this fence after the wait records.
-  auto keep_until_here = [](uint32_t (&frag)[4][4]) {
-    if constexpr (Cfg::kW8) {
-      (void)frag;  // no register operands
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
-    }
-  };
-  auto release = [&](int s) {
-    __syncwarp();
-    if (!multicast) {
-      if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
-    } else if (lane < 2) {  // both CTAs' producers write into this stage
-      ptx::mbarrier_arrive_cluster(&empty[s], uint32_t(lane));
-    }
-  };
-
-  uint32_t frag[2][4][4];
-  if constexpr (Cfg::kGroupScales) {
-    // The running f32 sums need each block's sums before the accumulators restart: wait for
-    // the block, fold it in with its group scale, restart.
-    auto fold = [&](int s) {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-      const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
-                                                       Cfg::kABytes + Cfg::kWBytes);
-      const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
-    };
-    run_blocks_with_running_sums(num_kb, frag, decode_block, issue, keep_until_here, fold,
-                                 release);
-  } else {
-    // Per-channel and integer formats keep one block's wgmma in flight while the next block is
-    // converted and issued (cuda/sm90/block_pipeline.cuh).
-    auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
-      const int s = decode_block(it, f);
-      issue(s, f, false);
       return s;
     };
-    run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
-  }
-  kb_done += num_kb;
+    // Issue and commit the block's four wgmma; `restart`: the first overwrites the accumulators
+    // (formats with running f32 sums restart them after each fold).
+    auto issue = [&](int s, uint32_t (&frag)[4][4], bool restart) {
+      const uint8_t* stage = smem + s * Cfg::kStageBytes;
+      const uint64_t desc = ptx::smem_desc_k128_sw128(stage);
+      // int8 weights: this warpgroup's 64 rows of the weight tile (1024-byte aligned) are A.
+      const uint64_t desc_w = ptx::smem_desc_k128_sw128(stage + Cfg::kABytes + 64 * cw * Cfg::kBK);
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-  // Multicast: the other CTA may still arrive on this CTA's `empty` barriers, so neither leaves
-  // before both have passed their last main loop (the wait is at the end, after the epilogue).
-  if (multicast && tile_seq + tile_stride >= tile_count) ptx::cluster_arrive();
-
-  // ---- epilogue ----------------------------------------------------------------------------------
-  // The tile's per-token scales go to shared memory (loaded before the main loop, one per
-  // consumer thread). Read in store_row instead, each row's scale was a global load that could
-  // not move above the previous row's store (d and a_scales may alias), so every row a warp
-  // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
-  // (H100, 2026-11-24).
-  __shared__ float tile_a_scales[BM];
-  // The tile goes to shared memory raw (int32 bits, or the group format's f32 sums),
-  // transposed to token rows; the scales are applied on the way out, after any split-K
-  // reduction, so a split result equals the unsplit one exactly.
-  auto raw_of = [&](int i) -> uint32_t {
-    // fp8: the weights were v·2⁻⁹; ×2⁹ is exact.
-    if constexpr (Cfg::kFp8 && Cfg::kGroupScales) return __float_as_uint(facc[i] * kE4m3WeightScale);
-    else if constexpr (Cfg::kFp8) return __float_as_uint(float(acc[i]) * kE4m3WeightScale);
-    else if constexpr (Cfg::kGroupScales) return __float_as_uint(facc[i]);
-    else return uint32_t(acc[i]);
-  };
-  if constexpr (!kPersistent) {
-    // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
-    // can be reused for the output tile once both consumer warpgroups are done reading it.
-    if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
-    uint32_t raw[kAcc];
+      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+      ptx::wgmma_fence();
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) raw[i] = raw_of(i);
-    write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
-  }
-
-  // Each consumer warp takes whole token rows: lane l owns channels 4l..4l+3 of the tile.
-  const int col = n0 + 4 * lane;
-  const int esize = p.d_dtype == DType::f32 || p.d_dtype == DType::s32 ? 4 : 2;
-  const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
-                      (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
-  float sw4[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (col + e >= p.n) break;
-    if constexpr (Cfg::kW8 && EPI == W4A8Epilogue::per_channel)
-      sw4[e] = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col + e, 0);
-    else if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
-      sw4[e] = p.w_scales[col + e];
-    if constexpr (EPI != W4A8Epilogue::s32)
-      if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
-  }
-
-  // Rescale, add the bias, convert and store one token row's four channels.
-  auto store_row = [&](int row, const uint32_t (&raw)[4]) {
-    const int64_t i0 = int64_t(row) * p.ldd + col;
-    if constexpr (EPI == W4A8Epilogue::s32) {
-      int32_t* d = static_cast<int32_t*>(p.d) + i0;
-      if (vec_ok) {
-        *reinterpret_cast<int4*>(d) =
-            make_int4(int32_t(raw[0]), int32_t(raw[1]), int32_t(raw[2]), int32_t(raw[3]));
+      for (int j = 0; j < 4; ++j) {  // +32 bytes (2 descriptor units) per k32 step
+        const int accumulate = restart && j == 0 ? 0 : 1;
+        if constexpr (Cfg::kW8)
+          ptx::wgmma_s8_ss<BM>(acc, desc_w + 2 * j, desc + 2 * j, 1);
+        else if constexpr (Cfg::kFp8)
+          ptx::wgmma_e4m3_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
+        else
+          ptx::wgmma_s8_rs<BM>(acc, frag[j], desc + 2 * j, accumulate);
+      }
+      ptx::wgmma_commit();
+    };
+    // wgmma reads its register operands asynchronously: a block's fragments must stay untouched
+    // until its group has completed, which is what this fence after the wait records.
+    auto keep_until_here = [](uint32_t (&frag)[4][4]) {
+      if constexpr (Cfg::kW8) {
+        (void)frag;  // no register operands
       } else {
-        for (int e = 0; e < 4 && col + e < p.n; ++e) d[e] = int32_t(raw[e]);
-      }
-      return;
-    } else {
-      const float s_a = tile_a_scales[row - m0];  // visible: write_transposed_tile's barrier
-      float v[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        // s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
-        float t;
-        if constexpr (Cfg::kGroupScales) t = __uint_as_float(raw[e]);
-        else if constexpr (Cfg::kFp8) t = sw4[e] * __uint_as_float(raw[e]);
-        else t = sw4[e] * float(int32_t(raw[e]));
-        v[e] = s_a * t + bias4[e];
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
       }
-      store_float4(p.d, p.d_dtype, i0, v, vec_ok, p.n - col);
-    }
-  };
+    };
+    auto release = [&](int s) {
+      __syncwarp();
+      if (!multicast) {
+        if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+      } else if (lane < 2) {  // both CTAs' producers write into this stage
+        ptx::mbarrier_arrive_cluster(&empty[s], uint32_t(lane));
+      }
+    };
 
-  if constexpr (kPersistent) {
-    // The producer is filling the ring with the next tile's stages: out through the slab.
-    store_tile_by_slabs<BM, kAcc, Cfg::kOutPitch, Cfg::kSlabTokens>(
-        smem + Cfg::kRingBytes, tid, ch_local, c, m0, p.m, col < p.n, raw_of,
-        [&] {  // the previous tile's rows are stored: its scales may be overwritten
-          if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
-        },
-        store_row);
-  } else {
-    store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
-        smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
-        p.cluster_split, store_row);
-  }
+    uint32_t frag[2][4][4];
+    if constexpr (Cfg::kGroupScales) {
+      // The running f32 sums need each block's sums before the accumulators restart: wait for
+      // the block, fold it in with its group scale, restart.
+      auto fold = [&](int s) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+        const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
+                                                         Cfg::kABytes + Cfg::kWBytes);
+        const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
+      };
+      run_blocks_with_running_sums(num_kb, frag, decode_block, issue, keep_until_here, fold,
+                                   release);
+    } else {
+      // Per-channel and integer formats keep one block's wgmma in flight while the next block is
+      // converted and issued (cuda/sm90/block_pipeline.cuh).
+      auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
+        const int s = decode_block(it, f);
+        issue(s, f, false);
+        return s;
+      };
+      run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
+    }
+    kb_done += num_kb;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+    // Multicast: the other CTA may still arrive on this CTA's `empty` barriers, so neither leaves
+    // before both have passed their last main loop (the wait is at the end, after the epilogue).
+    if (multicast && tile_seq + tile_stride >= tile_count) ptx::cluster_arrive();
+
+    // ---- epilogue -------------------------------------------------------------------------------
+    // The tile's per-token scales go to shared memory (loaded before the main loop, one per
+    // consumer thread). Read in store_row instead, each row's scale was a global load that could
+    // not move above the previous row's store (d and a_scales may alias), so every row a warp
+    // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
+    // (H100, 2026-11-24).
+    __shared__ float tile_a_scales[BM];
+    // The tile goes to shared memory raw (int32 bits, or the group format's f32 sums),
+    // transposed to token rows; the scales are applied on the way out, after any split-K
+    // reduction, so a split result equals the unsplit one exactly.
+    auto raw_of = [&](int i) -> uint32_t {
+      // fp8: the weights were v·2⁻⁹; ×2⁹ is exact.
+      if constexpr (Cfg::kFp8 && Cfg::kGroupScales)
+        return __float_as_uint(facc[i] * kE4m3WeightScale);
+      else if constexpr (Cfg::kFp8)
+        return __float_as_uint(float(acc[i]) * kE4m3WeightScale);
+      else if constexpr (Cfg::kGroupScales)
+        return __float_as_uint(facc[i]);
+      else
+        return uint32_t(acc[i]);
+    };
+    if constexpr (!kPersistent) {
+      // Every consumer has passed its last `full` wait, so every TMA copy has landed and the ring
+      // can be reused for the output tile once both consumer warpgroups are done reading it.
+      if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
+      uint32_t raw[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) raw[i] = raw_of(i);
+      write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
+    }
+
+    // Each consumer warp takes whole token rows: lane l owns channels 4l..4l+3 of the tile.
+    const int col = n0 + 4 * lane;
+    const int esize = p.d_dtype == DType::f32 || p.d_dtype == DType::s32 ? 4 : 2;
+    const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
+                        (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
+    float sw4[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (col + e >= p.n) break;
+      if constexpr (Cfg::kW8 && EPI == W4A8Epilogue::per_channel)
+        sw4[e] = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col + e, 0);
+      else if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
+        sw4[e] = p.w_scales[col + e];
+      if constexpr (EPI != W4A8Epilogue::s32)
+        if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
+    }
+
+    // Rescale, add the bias, convert and store one token row's four channels.
+    auto store_row = [&](int row, const uint32_t (&raw)[4]) {
+      const int64_t i0 = int64_t(row) * p.ldd + col;
+      if constexpr (EPI == W4A8Epilogue::s32) {
+        int32_t* d = static_cast<int32_t*>(p.d) + i0;
+        if (vec_ok) {
+          *reinterpret_cast<int4*>(d) =
+              make_int4(int32_t(raw[0]), int32_t(raw[1]), int32_t(raw[2]), int32_t(raw[3]));
+        } else {
+          for (int e = 0; e < 4 && col + e < p.n; ++e) d[e] = int32_t(raw[e]);
+        }
+        return;
+      } else {
+        const float s_a = tile_a_scales[row - m0];  // visible: write_transposed_tile's barrier
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          // s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
+          float t;
+          if constexpr (Cfg::kGroupScales) t = __uint_as_float(raw[e]);
+          else if constexpr (Cfg::kFp8) t = sw4[e] * __uint_as_float(raw[e]);
+          else t = sw4[e] * float(int32_t(raw[e]));
+          v[e] = s_a * t + bias4[e];
+        }
+        store_float4(p.d, p.d_dtype, i0, v, vec_ok, p.n - col);
+      }
+    };
+
+    if constexpr (kPersistent) {
+      // The producer is filling the ring with the next tile's stages: out through the slab.
+      store_tile_by_slabs<BM, kAcc, Cfg::kOutPitch, Cfg::kSlabTokens>(
+          smem + Cfg::kRingBytes, tid, ch_local, c, m0, p.m, col < p.n, raw_of,
+          [&] {  // the previous tile's rows are stored: its scales may be overwritten
+            if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
+          },
+          store_row);
+    } else {
+      store_transposed_tile<BM, Cfg::kOutPitch, Cfg::kFloatTile>(
+          smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
+          p.cluster_split, store_row);
+    }
   }  // tile_seq
   if (multicast) ptx::cluster_wait();
 #else

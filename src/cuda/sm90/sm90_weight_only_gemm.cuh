@@ -213,7 +213,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (tid == 0) {
       // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
       int it = 0;
-      for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks, [&](const TileSegment& seg) {
+      for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
+                                    [&](const TileSegment& seg) {
         const TileCoord tile = tile_at(seg.tile_seq);
         const int m0 = tile.m * BM, n0 = tile.n * BN;
         for (int kb = seg.kb_begin; kb < seg.kb_end; ++kb, ++it) {
@@ -246,157 +247,159 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
   int kb_done = 0;  // K blocks consumed for this CTA's earlier segments: the ring position
-  for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks, [&](const TileSegment& seg) {
-  const TileCoord tile = tile_at(seg.tile_seq);
-  const int m0 = tile.m * BM, n0 = tile.n * BN;
-  const int num_kb = seg.kb_end - seg.kb_begin;
-  // Stream-K: the rest of a tile another CTA owns, or the start of one this CTA owns and the
-  // CTAs after it finished (its K blocks [0, num_kb)). Decided before the main loop, so that
-  // only two predicates stay live across it.
-  const bool piece = kPersistent && p.stream_k && seg.kb_begin > 0;
-  const bool owns_pieces = kPersistent && p.stream_k && seg.kb_begin == 0 && num_kb < p.kblocks;
+  for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
+                                [&](const TileSegment& seg) {
+    const TileCoord tile = tile_at(seg.tile_seq);
+    const int m0 = tile.m * BM, n0 = tile.n * BN;
+    const int num_kb = seg.kb_end - seg.kb_begin;
+    // Stream-K: the rest of a tile another CTA owns, or the start of one this CTA owns and the
+    // CTAs after it finished (its K blocks [0, num_kb)). Decided before the main loop, so that
+    // only two predicates stay live across it.
+    const bool piece = kPersistent && p.stream_k && seg.kb_begin > 0;
+    const bool owns_pieces = kPersistent && p.stream_k && seg.kb_begin == 0 && num_kb < p.kblocks;
 
-  float acc[kAcc];
+    float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-  [[maybe_unused]] const uint32_t center2 =
-      sm80::detail::splat<T>(sm80::Half2Magic<T>::kValue + float(Cfg::kCenter));
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    [[maybe_unused]] const uint32_t center2 =
+        sm80::detail::splat<T>(sm80::Half2Magic<T>::kValue + float(Cfg::kCenter));
 
-  // One unit (a K block, or half of one at BM = 256): wait for the block's stage, dequantize
-  // this lane's weights of the two n8 blocks of its warp for the unit's k16 steps into frag (A
-  // fragments) and issue the unit's wgmma. Returns the stage when the unit ends its block (the
-  // stage may be released once the unit's group has completed), -1 otherwise.
-  constexpr int kUnits = Cfg::kUnitsPerBlock, kUnitSteps = Cfg::kUnitSteps;
-  using Frag = uint32_t[kUnitSteps][4];
-  auto issue_unit = [&](int it, Frag& frag) {
-    const int kb_it = kb_done + it / kUnits, unit = it % kUnits, step0 = unit * kUnitSteps;
-    const int s = kb_it % STAGES;
-    if (unit == 0) ptx::mbarrier_wait(&full[s], (kb_it / STAGES) & 1);
-    const uint8_t* stage = smem + s * Cfg::kStageBytes;
-    const uint8_t* w_sh = stage + Cfg::kXBytes;
-    [[maybe_unused]] const float* g_sh = reinterpret_cast<const float*>(w_sh + Cfg::kWBytes);
-    // A lane's words of a block are 8 k16 steps in order (4-bit: two steps a word, 8-bit: one),
-    // so the unit's steps are one contiguous run of them.
-    uint32_t wq[2][kWords];
+    // One unit (a K block, or half of one at BM = 256): wait for the block's stage, dequantize
+    // this lane's weights of the two n8 blocks of its warp for the unit's k16 steps into frag (A
+    // fragments) and issue the unit's wgmma. Returns the stage when the unit ends its block (the
+    // stage may be released once the unit's group has completed), -1 otherwise.
+    constexpr int kUnits = Cfg::kUnitsPerBlock, kUnitSteps = Cfg::kUnitSteps;
+    using Frag = uint32_t[kUnitSteps][4];
+    auto issue_unit = [&](int it, Frag& frag) {
+      const int kb_it = kb_done + it / kUnits, unit = it % kUnits, step0 = unit * kUnitSteps;
+      const int s = kb_it % STAGES;
+      if (unit == 0) ptx::mbarrier_wait(&full[s], (kb_it / STAGES) & 1);
+      const uint8_t* stage = smem + s * Cfg::kStageBytes;
+      const uint8_t* w_sh = stage + Cfg::kXBytes;
+      [[maybe_unused]] const float* g_sh = reinterpret_cast<const float*>(w_sh + Cfg::kWBytes);
+      // A lane's words of a block are 8 k16 steps in order (4-bit: two steps a word, 8-bit: one),
+      // so the unit's steps are one contiguous run of them.
+      uint32_t wq[2][kWords];
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
+      for (int b = 0; b < 2; ++b)
 #pragma unroll
-      for (int v = 0; v < kWords / 4; ++v) {
-        if (kWords / 4 == kUnits && v != unit) continue;  // 8-bit halves: only the unit's 16 B
-        const uint4 q =
-            ptx::lds128(w_sh + (8 * cw + 2 * warp + b) * Cfg::kBlockBytes + lane * Cfg::kLaneBytes +
-                        v * 16);
-        wq[b][4 * v] = q.x;
-        wq[b][4 * v + 1] = q.y;
-        wq[b][4 * v + 2] = q.z;
-        wq[b][4 * v + 3] = q.w;
-      }
-    [[maybe_unused]] sm80::detail::GroupPair group[2];  // this thread's two channels
+        for (int v = 0; v < kWords / 4; ++v) {
+          if (kWords / 4 == kUnits && v != unit) continue;  // 8-bit halves: only the unit's 16 B
+          const uint4 q =
+              ptx::lds128(w_sh + (8 * cw + 2 * warp + b) * Cfg::kBlockBytes +
+                          lane * Cfg::kLaneBytes + v * 16);
+          wq[b][4 * v] = q.x;
+          wq[b][4 * v + 1] = q.y;
+          wq[b][4 * v + 2] = q.z;
+          wq[b][4 * v + 3] = q.w;
+        }
+      [[maybe_unused]] sm80::detail::GroupPair group[2];  // this thread's two channels
 #pragma unroll
-    for (int j = 0; j < kUnitSteps; ++j) {
-      const int step = step0 + j;
-      if constexpr (Cfg::kGrouped) {
-        if (j == 0 || step % Cfg::kStepsPerGroup == 0) {  // the unit's or a new group's constants
-          const int grow = step / Cfg::kStepsPerGroup;
+      for (int j = 0; j < kUnitSteps; ++j) {
+        const int step = step0 + j;
+        if constexpr (Cfg::kGrouped) {
+          if (j == 0 || step % Cfg::kStepsPerGroup == 0) {  // the unit's or a new group's constants
+            const int grow = step / Cfg::kStepsPerGroup;
 #pragma unroll
-          for (int b = 0; b < 2; ++b)
-            group[b] = sm80::detail::group_pair<Cfg>(g_sh, Cfg::kTableBytes / 4, grow * BN,
-                                                     ch_local + 8 * b);
+            for (int b = 0; b < 2; ++b)
+              group[b] = sm80::detail::group_pair<Cfg>(g_sh, Cfg::kTableBytes / 4, grow * BN,
+                                                       ch_local + 8 * b);
+          }
+        }
+        // a[0], a[1]: k 2c.. of blocks 2w, 2w+1; a[2], a[3]: k 8+2c..
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int b = r & 1, half = r >> 1;
+          frag[j][r] = sm80::detail::dequant_pair<Cfg>(
+              sm80::detail::raw_pair<Cfg>(wq[b], step, half), group[b], center2);
         }
       }
+      // Activation half-tile step/4, +32 bytes (2 descriptor units) per k16 step inside it.
+      const uint64_t desc0 = ptx::smem_desc_k128_sw128(stage);
+      const uint64_t desc1 = ptx::smem_desc_k128_sw128(stage + Cfg::kXHalfBytes);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {  // a[0], a[1]: k 2c.. of blocks 2w, 2w+1; a[2], a[3]: k 8+2c..
-        const int b = r & 1, half = r >> 1;
-        frag[j][r] = sm80::detail::dequant_pair<Cfg>(
-            sm80::detail::raw_pair<Cfg>(wq[b], step, half), group[b], center2);
+      for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kUnitSteps; ++j) {
+        const int step = step0 + j;
+        ptx::wgmma_f32_rs<BM, Cfg::kF16>(acc, frag[j], (step < 4 ? desc0 : desc1) + 2 * (step & 3),
+                                         1);
       }
-    }
-    // Activation half-tile step/4, +32 bytes (2 descriptor units) per k16 step inside it.
-    const uint64_t desc0 = ptx::smem_desc_k128_sw128(stage);
-    const uint64_t desc1 = ptx::smem_desc_k128_sw128(stage + Cfg::kXHalfBytes);
+      ptx::wgmma_commit();
+      return unit == kUnits - 1 ? s : -1;
+    };
+    auto keep_until_here = [](Frag& frag) {
+#pragma unroll
+      for (int j = 0; j < kUnitSteps; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
+    };
+    auto release = [&](int s) {
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    };
+    // One unit's wgmma stay in flight while the next unit is dequantized and issued
+    // (cuda/sm90/block_pipeline.cuh); a stage is released after its block's last unit.
+    Frag frag[2];
+    // Persistent: the last K block's stage stays with the consumers for the epilogue.
+    const int last_stage = run_blocks_one_in_flight<kPersistent>(num_kb * kUnits, frag, issue_unit,
+                                                                 keep_until_here, release);
+    kb_done += num_kb;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kUnitSteps; ++j) {
-      const int step = step0 + j;
-      ptx::wgmma_f32_rs<BM, Cfg::kF16>(acc, frag[j], (step < 4 ? desc0 : desc1) + 2 * (step & 3),
-                                       1);
+    if constexpr (kPersistent) {
+      if (piece) {
+        stream_k_put_partial(acc, p.workspace, p.counters, blockIdx.x, tid - 128);
+        release(last_stage);
+        return;
+      }
+      if (owns_pieces)
+        stream_k_add_partials(acc, p.workspace, p.counters, blockIdx.x, num_kb, p.kblocks,
+                              gridDim.x, tile_count * p.kblocks, tid - 128);
     }
-    ptx::wgmma_commit();
-    return unit == kUnits - 1 ? s : -1;
-  };
-  auto keep_until_here = [](Frag& frag) {
-#pragma unroll
-    for (int j = 0; j < kUnitSteps; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) ptx::fence_operand(frag[j][r]);
-  };
-  auto release = [&](int s) {
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
-  };
-  // One unit's wgmma stay in flight while the next unit is dequantized and issued
-  // (cuda/sm90/block_pipeline.cuh); a stage is released after its block's last unit.
-  Frag frag[2];
-  // Persistent: the last K block's stage stays with the consumers for the epilogue.
-  const int last_stage = run_blocks_one_in_flight<kPersistent>(num_kb * kUnits, frag, issue_unit,
-                                                               keep_until_here, release);
-  kb_done += num_kb;
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-  if constexpr (kPersistent) {
-    if (piece) {
-      stream_k_put_partial(acc, p.workspace, p.counters, blockIdx.x, tid - 128);
-      release(last_stage);
-      return;
-    }
-    if (owns_pieces)
-      stream_k_add_partials(acc, p.workspace, p.counters, blockIdx.x, num_kb, p.kblocks,
-                            gridDim.x, tile_count * p.kblocks, tid - 128);
-  }
 
-  // ---- epilogue: f32 sums through shared memory; channel scale and bias on the way out -------
-  if constexpr (!kPersistent) {
-    uint32_t raw[kAcc];
+    // ---- epilogue: f32 sums through shared memory; channel scale and bias on the way out -------
+    if constexpr (!kPersistent) {
+      uint32_t raw[kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) raw[i] = __float_as_uint(acc[i]);
-    write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
-  }
-  const int col = n0 + 4 * lane;
-  const int esize = p.d_dtype == DType::f32 ? 4 : 2;
-  const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
-                      (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
-  float sw4[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (col + e >= p.n) break;
-    if constexpr (!Cfg::kGrouped) sw4[e] = p.w_scales[col + e];
-    if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
-  }
-  auto store_row = [&](int row, const uint32_t (&raw)[4]) {
-    float v[4];
+      for (int i = 0; i < kAcc; ++i) raw[i] = __float_as_uint(acc[i]);
+      write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
+    }
+    const int col = n0 + 4 * lane;
+    const int esize = p.d_dtype == DType::f32 ? 4 : 2;
+    const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
+                        (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
+    float sw4[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      // s · sum + bias, as sm80_weight_only_gemm computes it (group formats: s = 1).
-      v[e] = Cfg::kGrouped ? __uint_as_float(raw[e]) + bias4[e]
-                           : __uint_as_float(raw[e]) * sw4[e] + bias4[e];
+      if (col + e >= p.n) break;
+      if constexpr (!Cfg::kGrouped) sw4[e] = p.w_scales[col + e];
+      if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
     }
-    store_float4(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v, vec_ok, p.n - col);
-  };
-  if constexpr (kPersistent) {
-    store_tile_by_slabs<BM, kAcc, Cfg::kOutPitch, Cfg::kSlabTokens>(
-        smem + last_stage * Cfg::kStageBytes, tid, ch_local, c, m0, p.m, col < p.n,
-        [&](int i) { return __float_as_uint(acc[i]); }, [] {}, store_row);
-    // The stage goes back to TMA: the slab's st.shared writes are ordered before its next
-    // copies, and this warp has read its rows of the last slab.
-    ptx::fence_proxy_async_shared();
-    release(last_stage);
-  } else {
-    store_transposed_tile<BM, Cfg::kOutPitch, true>(smem, tid, m0, n0, tile.n * tiles_m + tile.m,
-                                                    p.m, p.n, p.workspace, p.counters,
-                                                    p.cluster_split, store_row);
-  }
+    auto store_row = [&](int row, const uint32_t (&raw)[4]) {
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        // s · sum + bias, as sm80_weight_only_gemm computes it (group formats: s = 1).
+        v[e] = Cfg::kGrouped ? __uint_as_float(raw[e]) + bias4[e]
+                             : __uint_as_float(raw[e]) * sw4[e] + bias4[e];
+      }
+      store_float4(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v, vec_ok, p.n - col);
+    };
+    if constexpr (kPersistent) {
+      store_tile_by_slabs<BM, kAcc, Cfg::kOutPitch, Cfg::kSlabTokens>(
+          smem + last_stage * Cfg::kStageBytes, tid, ch_local, c, m0, p.m, col < p.n,
+          [&](int i) { return __float_as_uint(acc[i]); }, [] {}, store_row);
+      // The stage goes back to TMA: the slab's st.shared writes are ordered before its next
+      // copies, and this warp has read its rows of the last slab.
+      ptx::fence_proxy_async_shared();
+      release(last_stage);
+    } else {
+      store_transposed_tile<BM, Cfg::kOutPitch, true>(smem, tid, m0, n0, tile.n * tiles_m + tile.m,
+                                                      p.m, p.n, p.workspace, p.counters,
+                                                      p.cluster_split, store_row);
+    }
   });  // segments
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
