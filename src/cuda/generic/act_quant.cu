@@ -82,7 +82,8 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
-constexpr int kMaxChunks = 8;     // 64 KiB of slots for 512 threads
+constexpr int kMaxChunks = 16;    // slots a thread may hold (a plan asked for; 128 KiB at 512)
+constexpr int kHeldChunks = 8;    // the planner's own limit: longer rows are streamed
 // The kernel's static shared memory: one max (u32) and one sum (u64) per warp.
 constexpr int kStaticSharedBytes = kMaxThreads / 32 * 12;
 
@@ -345,6 +346,7 @@ __device__ __forceinline__ U row_reduce(U v, Op op, U* red, int tpr_shift) {
   for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
   const int warps_per_row = 1 << (tpr_shift - 5);
   const int first = static_cast<int>(threadIdx.x >> tpr_shift) << (tpr_shift - 5);
+  if (tpr_shift == 5) return v;  // one warp a row: no shared-memory step, no barrier
   if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
   __syncthreads();
   U r = red[first];
@@ -801,7 +803,7 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
   const int64_t max_chunks =
       !automatic ? std::min(options.max_chunks, kMaxChunks)
       : fused && chunks <= int64_t{4} * (keeps_v ? kMaxThreads : 256) ? 4
-                                                                       : kMaxChunks;
+                                                                       : kHeldChunks;
   // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
   // row's loads are then all in flight at once and its reductions span few warps.
   plan.threads_per_row = threads_for(max_chunks);
@@ -818,11 +820,14 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
         1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
   }
   plan.tpr_shift = ceil_log2(plan.threads_per_row);
-  if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
+  const auto stream_rows = [&] {
     plan.threads_per_row = kMaxThreads;
     plan.tpr_shift = ceil_log2(kMaxThreads);
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;
+  };
+  if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
+    stream_rows();
   } else {
     // Short rows share blocks, but never so many that fewer than two blocks per SM remain.
     plan.rows_per_block = std::max(1, std::min(options.block_threads, kMaxThreads) /
@@ -830,6 +835,13 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
     while (plan.rows_per_block > 1 &&
            (a.m + plan.rows_per_block - 1) / plan.rows_per_block < 2 * int64_t{sm_count})
       plan.rows_per_block /= 2;
+    // Slots past the device's shared memory per block (16 chunks a thread, asked for): fewer
+    // rows a block, and if one row is still too many, the row is streamed.
+    const auto fits = [&] {
+      return plan.shared_bytes() + kStaticSharedBytes <= dev.smem_per_block_optin;
+    };
+    while (plan.rows_per_block > 1 && !fits()) plan.rows_per_block /= 2;
+    if (!fits()) stream_rows();
   }
   plan.blocks = (a.m + plan.rows_per_block - 1) / plan.rows_per_block;
   // A dynamic scale with a smooth divisor needs v twice (max |v|, then the codes): keeping v
