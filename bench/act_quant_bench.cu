@@ -178,7 +178,7 @@ int run_act_quant_bench(const ActQuantBenchOptions& opt) {
         const cuda::ActQuantPlan chosen = cuda::plan_act_quant(args0, dev);
         std::vector<cuda::ActQuantPlanOptions> alternatives;
         if (opt.sweep) {
-          for (int chunks : {1, 2, 4, 8, 16})
+          for (int chunks : {1, 2, 4, 8})
             for (int threads : {128, 256, 512}) alternatives.push_back({chunks, threads});
           cuda::ActQuantPlanOptions recompute_v;  // the planner's split, v = y / smooth redone
           recompute_v.keep_smoothed = false;

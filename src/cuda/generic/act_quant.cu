@@ -26,7 +26,7 @@
 // (cp.async, no barrier: a thread reads back only its own slots), so x is read from global
 // memory once: the loads are all issued first, then the row's reductions (max |x|, Σ x²,
 // max |v| — warp shuffles, then one shared-memory step across the row's warps) and the
-// quantized stores read the slots. Short rows share a block (up to 256 threads of rows), long
+// quantized stores read the slots. Short rows share a block (up to 128 threads of rows), long
 // rows get up to 512 threads. Why shared memory and not registers: register-held chunks need
 // every pass unrolled over them, which made the fused kernel 180 KB of SASS executed once per
 // row and bound by instruction fetch (ncu on the H100, M = 1, K = 4096: 77% of the stall
@@ -82,8 +82,7 @@ namespace nibble::cuda {
 namespace {
 
 constexpr int kMaxThreads = 512;  // a row of 512 threads × 8 chunks is 64 KiB of x
-constexpr int kMaxChunks = 16;    // slots a thread may hold (a plan asked for; 128 KiB at 512)
-constexpr int kHeldChunks = 8;    // the planner's own limit: longer rows are streamed
+constexpr int kMaxChunks = 8;     // 64 KiB of slots for 512 threads
 // The kernel's static shared memory: one max (u32) and one sum (u64) per warp.
 constexpr int kStaticSharedBytes = kMaxThreads / 32 * 12;
 
@@ -790,44 +789,44 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
     return static_cast<int>(std::clamp<int64_t>(
         int64_t{1} << ceil_log2((chunks + most - 1) / most), 32, kMaxThreads));
   };
-  // The measured choice (`nibble bench act-quant --sweep`, H100): plain rows hold 8 chunks a
-  // thread; fused ones (more work per chunk) 4, unless that takes more than 256 threads a row
-  // (K > 8192 for 16-bit x), where the reductions across 16 warps cost more than the longer
-  // chunk loops.
+  // The measured choice (`nibble bench act-quant --sweep`, H100,
+  // bench/results/h100_act_quant_sweep_5d48dc1.log): rows hold 4 chunks a thread, unless that
+  // takes more than 256 threads a row (K > 8192 for 16-bit x), where the reductions across 16
+  // warps cost more than the longer chunk loops and rows hold 8. Fewer threads with more chunks
+  // each lost (M = K = 4096: 8 chunks 20.1 against 19.3 µs plain, 30.9–32.3 against 31.2 with
+  // RMSNorm; one warp a row with 16 chunks 22.5 and 37.2 µs).
   // A smooth divisor with a dynamic scale keeps v on chip (below) with 4 chunks a thread up to
   // 512 threads a row (K ≤ 16384 for 16-bit x): measured faster than 8 chunks, whose three
   // planes of slots cut the blocks an SM holds (4096 × 14336: 186 against 221 µs).
   const bool fused = a.rms_weight.data != nullptr || a.smooth.data != nullptr;
   const bool keeps_v = a.smooth.data != nullptr && a.static_scale <= 0.0f && options.keep_smoothed;
   const bool automatic = options.max_chunks <= 0;
-  const int64_t max_chunks =
-      !automatic ? std::min(options.max_chunks, kMaxChunks)
-      : fused && chunks <= int64_t{4} * (keeps_v ? kMaxThreads : 256) ? 4
-                                                                       : kHeldChunks;
+  const int64_t max_chunks = !automatic ? std::min(options.max_chunks, kMaxChunks)
+                             : chunks <= int64_t{4} * (keeps_v ? kMaxThreads : 256) ? 4
+                                                                                     : kMaxChunks;
   // At most max_chunks chunks a thread, as few threads as that allows (at least a warp): the
   // row's loads are then all in flight at once and its reductions span few warps.
   plan.threads_per_row = threads_for(max_chunks);
   plan.chunks_per_thread =
       1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
-  // Few rows (under two fifths of the threads the GPU holds): more threads a row, fewer chunks
-  // each, so that each row's chain of passes is shorter — the call is then one wave, bound by
-  // a row's latency rather than by bandwidth (measured: M = 256 … 1024, K = 4096).
+  // Few rows (under two fifths of the threads the GPU holds, four fifths for plain rows, whose
+  // passes are short): more threads a row, fewer chunks each, so that each row's chain of passes
+  // is shorter — the call is then one wave, bound by a row's latency rather than by bandwidth
+  // (measured: M = 256 … 1024, K = 4096; plain s8 at M = 1024 7.9 → 6.9 µs with 256 threads,
+  // with RMSNorm 11.2 → 13.1 µs).
   const int64_t gpu_threads = int64_t{sm_count} * 2048;
   while (automatic && plan.chunks_per_thread > 1 && plan.threads_per_row < kMaxThreads &&
-         5 * a.m * plan.threads_per_row < 2 * gpu_threads) {
+         5 * a.m * plan.threads_per_row < (fused ? 2 : 4) * gpu_threads) {
     plan.threads_per_row *= 2;
     plan.chunks_per_thread =
         1 << ceil_log2((chunks + plan.threads_per_row - 1) / plan.threads_per_row);
   }
   plan.tpr_shift = ceil_log2(plan.threads_per_row);
-  const auto stream_rows = [&] {
+  if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
     plan.threads_per_row = kMaxThreads;
     plan.tpr_shift = ceil_log2(kMaxThreads);
     plan.chunks_per_thread = 0;
     plan.rows_per_block = 1;
-  };
-  if (plan.chunks_per_thread > max_chunks) {  // too long to hold: stream it
-    stream_rows();
   } else {
     // Short rows share blocks, but never so many that fewer than two blocks per SM remain.
     plan.rows_per_block = std::max(1, std::min(options.block_threads, kMaxThreads) /
@@ -835,13 +834,6 @@ ActQuantPlan plan_act_quant(const ActQuantArgs& a, const DeviceInfo& dev,
     while (plan.rows_per_block > 1 &&
            (a.m + plan.rows_per_block - 1) / plan.rows_per_block < 2 * int64_t{sm_count})
       plan.rows_per_block /= 2;
-    // Slots past the device's shared memory per block (16 chunks a thread, asked for): fewer
-    // rows a block, and if one row is still too many, the row is streamed.
-    const auto fits = [&] {
-      return plan.shared_bytes() + kStaticSharedBytes <= dev.smem_per_block_optin;
-    };
-    while (plan.rows_per_block > 1 && !fits()) plan.rows_per_block /= 2;
-    if (!fits()) stream_rows();
   }
   plan.blocks = (a.m + plan.rows_per_block - 1) / plan.rows_per_block;
   // A dynamic scale with a smooth divisor needs v twice (max |v|, then the codes): keeping v
