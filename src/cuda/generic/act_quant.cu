@@ -695,8 +695,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
 // ---- instances and launch ---------------------------------------------------------------------
 
-// Up to 512 threads × 8 chunks × 16 bytes = 64 KiB of slots, three times that with v kept
-// (plan.smoothed_planes): past the 48 KiB default.
+// Up to 512 threads × 8 chunks × 16 bytes = 64 KiB of slots, or 512 × 4 chunks × 48 bytes =
+// 96 KiB with v kept (plan.smoothed_planes): past the 48 KiB default, raised per plan.
 template <auto Kernel>
 void launch_kernel(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream,
                    bool overlap) {
