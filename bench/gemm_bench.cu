@@ -337,6 +337,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
           }
         }
       }
+      if (opt.peers == "none") continue;
       // cuBLAS bf16: D (M, N) row-major = A (M, K) · W (N, K)ᵀ, i.e. column-major Dᵀ = W·Aᵀ.
       add("cublas_bf16", double(n) * k * 2, "cublasGemmEx bf16, f32 accumulate", [&](int i) {
         const float alpha = 1.0f, beta = 0.0f;
@@ -347,6 +348,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
                                   &beta, d_out.p, CUDA_R_16BF, static_cast<int>(n),
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       });
+      if (opt.peers == "bf16") continue;
       // cuBLASLt int8: s8×s8 → s32, the same layout trick (TN: the weights transposed).
       LtGemm s8gemm(lt, lt_ws_bytes, CUBLAS_COMPUTE_32I, CUDA_R_32I, CUDA_R_8I, CUDA_R_32I, m, n,
                     k, false);

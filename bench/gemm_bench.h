@@ -25,6 +25,9 @@ struct GemmBenchOptions {
   std::vector<std::string> formats = {"w4a8_pc",   "w4a8_g128",  "w4a8_g128_2level",
                                       "w4afp8_pc", "w4afp8_g128", "w8a8"};
   int iters = 20, reps = 7;
+  /// Peers timed beside nibble: "all" (cuBLAS bf16, cuBLASLt int8 with and without the rescale,
+  /// cuBLASLt FP8), "bf16" (cuBLAS bf16 only) or "none" (for sweeps of nibble's own knobs).
+  std::string peers = "all";
   std::string json_path, commit = "unknown";
 };
 

@@ -390,7 +390,9 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
                                             layout_weight_bits(packed_layout(format)), device)) +
              " on " + std::to_string(info.sm_count) + " SMs (Hopper: M >= " +
              std::to_string(kSm90WeightOnlyMinTokens) + ")";
-    return s + packed + describe(plan_sm80_weight_only(m, n_pad, k_pad, info.sm_count)) +
+    return s + packed +
+           describe(plan_sm80_weight_only(m, n_pad, k_pad,
+                                          layout_weight_bits(packed_layout(format)), device)) +
            " on " + std::to_string(info.sm_count) + " SMs";
   }
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";

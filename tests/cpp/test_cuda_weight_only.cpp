@@ -19,6 +19,7 @@
 #include "cuda_test_util.h"
 #include "nibble/nibble.h"
 #if NIBBLE_WITH_CUDA
+#include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/launch/sm90_tiling.h"
 #endif
 
@@ -289,6 +290,55 @@ TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
 }
 
 #if NIBBLE_WITH_CUDA
+// The split-K choice of sm80_weight_only_gemm's decode tiles on an H100-like GPU (132 SMs, 3
+// CTAs of the 8-bit 16-row tile per SM, fewer clusters of 8 than the tiles of 6144x4096): host
+// logic, no GPU needed. A split that would not run in one wave is cut back.
+TEST(Sm80WeightOnlyPlan, SplitsRunInOneWave) {
+  unsetenv("NIBBLE_SM80_SPLITS");
+  cuda::WeightOnlyOccupancy occ;
+  occ.sm_count = 132;
+  occ.ctas_per_sm = 3;
+  occ.clusters_at_once = {0, 0, 66, 48, 33, 26, 22, 18, 16};
+  // 224 channel tiles: two splits would be 448 CTAs on 396 slots, so none.
+  auto plan = cuda::plan_sm80_weight_only(1, 28672, 4096, occ);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.resident_ctas, 224);
+  EXPECT_FALSE(plan.cluster_split);
+  // 48 tiles want 8 splits (K blocks allow 8); clusters of 3 are the largest that fit 48 at once.
+  plan = cuda::plan_sm80_weight_only(1, 6144, 4096, occ);
+  EXPECT_EQ(plan.splits, 3);
+  EXPECT_TRUE(plan.cluster_split);
+  EXPECT_EQ(plan.resident_ctas, 48 * 3);
+  EXPECT_EQ(plan.kblocks_per_split, 11);
+  // Without clusters the same 8 splits go through the workspace: 384 CTAs fit on 396 slots.
+  cuda::WeightOnlyOccupancy no_clusters = occ;
+  no_clusters.clusters_at_once = {};
+  plan = cuda::plan_sm80_weight_only(16, 6144, 4096, no_clusters);
+  EXPECT_EQ(plan.splits, 8);
+  EXPECT_FALSE(plan.cluster_split);
+  // 32 tiles of 112 K blocks want 13 splits through the workspace: 416 > 396, so 12 (10 blocks
+  // each, the last 2).
+  plan = cuda::plan_sm80_weight_only(1, 4096, 14336, occ);
+  EXPECT_EQ(plan.splits, 12);
+  EXPECT_EQ(plan.kblocks_per_split, 10);
+  EXPECT_EQ(plan.resident_ctas, 384);
+  // Unknown occupancy (0 CTAs per SM): no cap.
+  cuda::WeightOnlyOccupancy unknown;
+  unknown.sm_count = 132;
+  plan = cuda::plan_sm80_weight_only(1, 28672, 4096, unknown);
+  EXPECT_EQ(plan.splits, 2);
+  // Large M: whole tiles.
+  plan = cuda::plan_sm80_weight_only(1000, 4096, 4096, occ);
+  EXPECT_EQ(plan.splits, 1);
+  // The measurement knob forces a split count, in equal ranges that cover K.
+  setenv("NIBBLE_SM80_SPLITS", "5", 1);
+  plan = cuda::plan_sm80_weight_only(1, 28672, 4096, occ);
+  unsetenv("NIBBLE_SM80_SPLITS");
+  EXPECT_EQ(plan.splits, 5);
+  EXPECT_EQ(plan.kblocks_per_split, 7);
+  EXPECT_TRUE(plan.cluster_split);
+}
+
 // The planner of sm90_weight_only_gemm on an H100-like GPU (132 SMs; clusters of s CTAs at once
 // as the H100 reports them for 2..4): host logic, no GPU needed. The expected picks are the
 // fastest measured cells of bench/results/h100_weight_only_tiles.log.

@@ -120,7 +120,7 @@ std::vector<int64_t> int_list(const Args& args, const std::string& name) {
 }
 
 int run_bench_gemm(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 3, {"m", "shapes", "formats", "json", "iters", "reps", "commit"});
+  const Args args = parse_args(argc, argv, 3, {"m", "shapes", "formats", "json", "iters", "reps", "commit", "peers"});
   bench::GemmBenchOptions opt;
   if (args.has("m")) opt.ms = int_list(args, "m");
   if (args.has("shapes")) {
@@ -141,6 +141,10 @@ int run_bench_gemm(int argc, char** argv) {
   opt.commit = args.get("commit", "unknown");
   opt.iters = static_cast<int>(args.get_int("iters", opt.iters));
   opt.reps = static_cast<int>(args.get_int("reps", opt.reps));
+  opt.peers = args.get("peers", opt.peers);
+  if (opt.peers != "all" && opt.peers != "bf16" && opt.peers != "none")
+    throw Error(ErrorCode::invalid_argument,
+                "nibble bench: --peers must be all, bf16 or none, got '" + opt.peers + "'");
   return bench::run_gemm_bench(opt);
 }
 
@@ -228,7 +232,7 @@ void usage() {
       "  layout --print [w4_mma_k128]\n"
       "                       which (n, k) each lane's bytes hold in a packed weight block\n"
       "  bench gemm [--m 1,16,...] [--shapes llama3-8b.o,4096x4096,...] [--formats ...]\n"
-      "       [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"
+      "       [--json FILE] [--iters N] [--reps R] [--commit SHA] [--peers all|bf16|none]\n"
       "                       time W4A8 against cuBLAS bf16 and cuBLASLt int8 (GPU)\n"
       "  bench act-quant [--m 1,16,...] [--k 4096,14336] [--variants s8,s8_rmsnorm,...|all]\n"
       "       [--dtype bf16|f16|f32] [--sweep] [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"

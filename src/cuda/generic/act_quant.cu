@@ -700,7 +700,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 template <auto Kernel>
 void launch_kernel(const ActQuantArgs& args, const ActQuantPlan& plan, cudaStream_t stream,
                    bool overlap) {
-  raise_dynamic_smem<Kernel>(plan.shared_bytes());
+  allow_dynamic_smem<Kernel>(plan.shared_bytes());
   launch_overlapping(Kernel, dim3(static_cast<unsigned>(plan.blocks)),
                      dim3(static_cast<unsigned>(plan.threads())), plan.shared_bytes(), stream,
                      overlap, 1, args, plan);

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <mutex>
 
@@ -10,31 +11,25 @@
 
 namespace nibble::cuda {
 
-/// Raises `Kernel`'s dynamic shared-memory limit to `bytes`, once per kernel instance.
+/// Raises `Kernel`'s dynamic shared-memory limit on the current device to at least `bytes`. The
+/// first launch on a device always sets it (the default limit is 48 KiB less the kernel's
+/// static shared memory); later ones only when they need more than any before them, so a kernel
+/// whose shared memory follows its plan never asks for more than a plan (checked against the
+/// device by its planner) needs. Kept per device, as the attribute is.
 template <auto Kernel>
 void allow_dynamic_smem(int bytes) {
-  static const bool configured = [bytes] {
-    NIBBLE_CUDA_CHECK(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
-  }();
-  (void)configured;
-}
-
-/// Raises `Kernel`'s limit to at least `bytes` when a launch needs more than any before it: for
-/// kernels whose shared memory depends on the plan, up to what the device allows (the planner
-/// checks that), so a smaller device never sees a request above its own limit.
-template <auto Kernel>
-void raise_dynamic_smem(int bytes) {
-  // Set on the first launch whatever its size: the default limit is 48 KiB less the kernel's
-  // static shared memory. Only ever raised after that.
-  static std::atomic<int> configured{-1};
+  constexpr int kDevices = 64;  // devices past this count set the attribute on every launch
+  // 1 + the limit set on each device; 0 while none is (zero-initialized atomics).
+  static std::array<std::atomic<int>, kDevices> configured{};
   static std::mutex raising;
-  if (bytes <= configured.load(std::memory_order_acquire)) return;
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<int>* set = device < kDevices ? &configured[size_t(device)] : nullptr;
+  if (set != nullptr && bytes < set->load(std::memory_order_acquire)) return;
   const std::lock_guard<std::mutex> lock(raising);
-  if (bytes <= configured.load(std::memory_order_relaxed)) return;
+  if (set != nullptr && bytes < set->load(std::memory_order_relaxed)) return;
   NIBBLE_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  configured.store(bytes, std::memory_order_release);
+  if (set != nullptr) set->store(bytes + 1, std::memory_order_release);
 }
 
 }  // namespace nibble::cuda

@@ -3,7 +3,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
@@ -28,6 +32,7 @@ namespace {
 // warps split N only, so no two warps dequantize the same weights. Up to 64 rows: 8 warps at
 // 2 CTAs per SM; larger M: 128×128 tiles of 16 warps (32×32 warp tiles), one CTA per SM.
 enum class Tile : int { m16, m32, m64, m128 };
+constexpr bool thin(Tile t) { return t == Tile::m16 || t == Tile::m32; }
 
 template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ, int kRows>
 struct Instance;
@@ -95,9 +100,48 @@ void launch_instance(const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
 // The decode tiles (M ≤ 32) split at most 8 ways: on sm_90+ their splits reduce in one cluster.
 // More splits keep the workspace: capping them at 8 slowed 4096x14336 at M = 1 from 22.9 to
 // 30.4 us (H100, 2026-11-24), as this kernel's K blocks are slow to stream alone.
-bool cluster_split(Tile t, int splits) {
-  return (t == Tile::m16 || t == Tile::m32) && splits > 1 && splits <= kMaxClusterSplitK;
+bool cluster_split(Tile t, int splits, const WeightOnlyOccupancy& occ) {
+  return thin(t) && splits > 1 && splits <= kMaxClusterSplitK &&
+         occ.clusters_at_once[static_cast<size_t>(splits)] > 0;
 }
+
+// The occupancy of tile kTile's instances for kBits-bit weights. The instance with the most
+// shared memory per stage (four rows of group scales, and of zeros for 4-bit weights) stands
+// for every dequantization of its width: all share the launch bound, and the others' stages are
+// at most 4 KB smaller, so they hold at least as many CTAs per SM.
+template <Tile kTile, int kBits>
+WeightOnlyOccupancy query_occupancy(int device) {
+  static_assert(kMaxClusterSplitK + 1 == std::tuple_size_v<decltype(WeightOnlyOccupancy::clusters_at_once)>);
+  constexpr WeightOnlyDequant kDq =
+      kBits == 4 ? WeightOnlyDequant::group_zero : WeightOnlyDequant::group_scale;
+  using Cfg = typename Instance<kTile, __nv_bfloat16, kBits, kDq, 4>::Cfg;
+  constexpr auto kernel = sm80::sm80_weight_only_gemm_kernel<Cfg>;
+  const detail::DeviceGuard guard(device);
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  const DeviceInfo dev = cuda_device_info(device);
+  WeightOnlyOccupancy occ;
+  occ.sm_count = dev.sm_count;
+  NIBBLE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ.ctas_per_sm, kernel,
+                                                                  Cfg::kThreads, Cfg::kSmemBytes));
+  if (dev.cc_major >= 9 && thin(kTile))
+    for (int s = 2; s <= kMaxClusterSplitK; ++s)
+      occ.clusters_at_once[static_cast<size_t>(s)] =
+          max_active_clusters(kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, static_cast<unsigned>(s));
+  return occ;
+}
+
+template <int kBits>
+WeightOnlyOccupancy query_occupancy(int device, Tile t) {
+  switch (t) {
+    case Tile::m16: return query_occupancy<Tile::m16, kBits>(device);
+    case Tile::m32: return query_occupancy<Tile::m32, kBits>(device);
+    case Tile::m64: return query_occupancy<Tile::m64, kBits>(device);
+    case Tile::m128: return query_occupancy<Tile::m128, kBits>(device);
+  }
+  return {};
+}
+
+Tile tile_for(int64_t m) { return m <= 16 ? Tile::m16 : m <= 32 ? Tile::m32 : m <= 64 ? Tile::m64 : Tile::m128; }
 
 // Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
 template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ>
@@ -143,10 +187,25 @@ void launch_tile(const WeightOnlyLaunch& l, const WeightOnlyGemmParams& p, dim3 
 
 }  // namespace
 
-WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count) {
+WeightOnlyOccupancy sm80_weight_only_occupancy(int device, int tile, int weight_bits) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, WeightOnlyOccupancy> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, tile, weight_bits);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  const Tile t = static_cast<Tile>(tile);
+  const WeightOnlyOccupancy occ =
+      weight_bits == 8 ? query_occupancy<8>(device, t) : query_occupancy<4>(device, t);
+  cache.emplace(key, occ);
+  return occ;
+}
+
+WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
+                                     const WeightOnlyOccupancy& occ) {
   WeightOnlyPlan plan;
-  plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
-  const TileInfo t = tile_info(static_cast<Tile>(plan.tile));
+  const Tile tile = tile_for(m);
+  plan.tile = static_cast<int>(tile);
+  const TileInfo t = tile_info(tile);
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
@@ -154,35 +213,68 @@ WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, in
   plan.tiles_m = static_cast<int>((m + t.bm - 1) / t.bm);
   plan.tiles_n = static_cast<int>((n_pad + t.bn - 1) / t.bn);
   const int kblocks = static_cast<int>(k_pad / 128);
-  // Split K only when the output tiles alone cannot occupy the GPU: aim for the tile's CTAs per
-  // SM and keep at least 4 K blocks (512 of K) per split. Weights are scaled in the main loop
-  // (or per channel in the epilogue), so a split may cut a group anywhere.
-  const int tiles = plan.tiles_m * plan.tiles_n;
-  const int slots = t.ctas_per_sm * sm_count;
+  const int64_t tiles = int64_t{plan.tiles_m} * plan.tiles_n;
+  // CTAs of a grid of `s` splits that the GPU runs at once: clusters of s at once (cluster
+  // splits), else the instance's CTAs per SM on every SM (0 when unknown: no limit).
+  const int64_t per_sm_slots = int64_t{occ.ctas_per_sm} * occ.sm_count;
+  auto resident = [&](int s) -> int64_t {
+    const int64_t ctas = tiles * s;
+    if (cluster_split(tile, s, occ))
+      return std::min(ctas, int64_t{occ.clusters_at_once[static_cast<size_t>(s)]} * s);
+    return per_sm_slots > 0 ? std::min(ctas, per_sm_slots) : ctas;
+  };
+  // Splits that cut kblocks into equal ranges of per_split blocks (the last may be shorter).
+  auto even = [&](int s) {
+    const int per_split = (kblocks + s - 1) / s;
+    return (kblocks + per_split - 1) / per_split;
+  };
+  // Split K only when the output tiles alone cannot occupy the GPU: aim for the tile's planned
+  // CTAs per SM and keep at least 4 K blocks (512 of K) per split. Weights are scaled in the
+  // main loop (or per channel in the epilogue), so a split may cut a group anywhere.
+  const int64_t slots = int64_t{t.ctas_per_sm} * occ.sm_count;
   int splits = 1;
   if (tiles < slots) {
-    const int want = (slots + tiles - 1) / tiles;
-    splits = std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK);
+    const int want = static_cast<int>((slots + tiles - 1) / tiles);
+    splits = even(std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK));
   }
+  // Fewer splits while the grid would not run in one wave: the last CTAs would start only when
+  // the first ones end, and a few CTAs streaming alone run at a fraction of the bandwidth.
+  // 8-bit weights' 16-row tiles hold 3 CTAs per SM (shared memory) and their clusters of 8 fewer
+  // than 48 at once on the H100, so 28672x4096 and 6144x4096 at M = 1 ran second waves.
+  while (splits > 1 && resident(splits) < tiles * splits) splits = even(splits - 1);
+  if (const char* forced = std::getenv("NIBBLE_SM80_SPLITS"); forced != nullptr && forced[0] != '\0')
+    splits = even(std::clamp(std::atoi(forced), 1, std::min(kMaxSplitK, std::max(kblocks, 1))));
   const int per_split = (kblocks + splits - 1) / splits;
   plan.splits = (kblocks + per_split - 1) / per_split;
   plan.kblocks_per_split = per_split;
+  plan.cluster_split = cluster_split(tile, plan.splits, occ);
+  plan.resident_ctas = static_cast<int>(resident(plan.splits));
   return plan;
 }
 
+WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int weight_bits,
+                                     int device) {
+  return plan_sm80_weight_only(
+      m, n_pad, k_pad,
+      sm80_weight_only_occupancy(device, static_cast<int>(tile_for(m)), weight_bits));
+}
+
 std::string describe(const WeightOnlyPlan& plan) {
+  const int64_t ctas = int64_t{plan.tiles_n} * plan.tiles_m * plan.splits;
   return "sm80_weight_only_gemm tile " + std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
          "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_n) + "x" + std::to_string(plan.tiles_m) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
+                                (plan.cluster_split ? " in a cluster" : " through a workspace") +
                                 " (tiles alone would leave SMs idle)"
-                          : "");
+                          : "") +
+         ", " + std::to_string(ctas) + " CTAs (" + std::to_string(plan.resident_ctas) +
+         " at once)";
 }
 
 void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
-  const WeightOnlyPlan plan =
-      plan_sm80_weight_only(l.m, l.n_pad, l.k_pad, dev.sm_count);
+  const WeightOnlyPlan plan = plan_sm80_weight_only(l.m, l.n_pad, l.k_pad, l.bits, l.device);
   WeightOnlyGemmParams p;
   p.x = l.x;
   p.ldx = l.ldx;
@@ -207,7 +299,7 @@ void launch_sm80_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.early_weight_stages = overlap_early_weight_stages(p.overlap_allowed);
   // sm_90+: the splits of a decode tile are one thread-block cluster and reduce over
   // distributed shared memory (cuda/common/split_k.cuh) instead of through the workspace.
-  p.cluster_split = dev.cc_major >= 9 && cluster_split(static_cast<Tile>(plan.tile), plan.splits);
+  p.cluster_split = plan.cluster_split;
   if (plan.splits > 1 && !p.cluster_split) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                            size_t(plan.tiles_m) * plan.tiles_n);

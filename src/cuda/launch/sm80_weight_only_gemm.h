@@ -2,6 +2,7 @@
 // W4A16 and W8A16 on 16-bit tensor cores.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -45,12 +46,36 @@ constexpr int group_shift(int group) {
   return s;
 }
 
-/// The tile and split-K choice (depends only on the shape and the SM count).
+/// What the split-K choice knows of the GPU for the planned tile's instance: its SM count, how
+/// many CTAs of the instance one SM holds (registers and shared memory, from the occupancy
+/// calculator) and how many clusters of s of its CTAs run at once (clusters_at_once[s],
+/// s = 2..8; all 0 where the GPU runs no clusters, so split tiles use the workspace).
+struct WeightOnlyOccupancy {
+  int sm_count = 0;
+  int ctas_per_sm = 0;
+  std::array<int, 9> clusters_at_once{};
+};
+
+/// The occupancy of the sm80_weight_only_gemm instance of tile `tile` for `weight_bits`-bit
+/// weights on `device` (queried once per device, tile and width, then cached).
+WeightOnlyOccupancy sm80_weight_only_occupancy(int device, int tile, int weight_bits);
+
+/// The tile and split-K choice.
 struct WeightOnlyPlan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+  bool cluster_split = false;  ///< the splits of a tile are one cluster (sm_90+, <= 8 splits)
+  int resident_ctas = 0;       ///< CTAs (of this plan's grid) the GPU runs at once
 };
-WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count);
+/// The tile for M, its grid, and the split count: split K only when the output tiles leave SMs
+/// idle, as many splits as fill the GPU's planned CTA slots but never more than run at once
+/// (`occ`: a second wave of a few CTAs costs a whole CTA's time). NIBBLE_SM80_SPLITS=1..16
+/// forces the split count (a measurement knob, read per call).
+WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
+                                     const WeightOnlyOccupancy& occ);
+/// plan_sm80_weight_only with the occupancy of `device`.
+WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad, int weight_bits,
+                                     int device);
 std::string describe(const WeightOnlyPlan& plan);
 
 void launch_sm80_weight_only(const WeightOnlyLaunch& launch, Stream stream);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Times the sm80 decode kernels (sm80_weight_only_gemm, sm80_w4a8_gemm) at forced split-K counts
+# (NIBBLE_SM80_SPLITS) beside the planner's own choice, in one process per count, and prints per
+# format, shape and M the planner's time, the fastest forced count and its time
+# (scripts/split_sweep_table.py). The planner's run also times cuBLAS bf16 for the ratios.
+#   usage: scripts/split_sweep.sh NIBBLE OUT [SPLITS] [bench gemm options...]
+#     NIBBLE  the nibble binary; OUT  a folder for plan.json and split<N>.json
+#     SPLITS  comma list of forced counts (default 1,2,3,4,5,6,7,8,10,12,16)
+#   e.g. scripts/split_sweep.sh build/cuda/nibble "$OUT" 1,2,4,8 --m 1,16 --formats w8a16
+set -uo pipefail
+nibble=$1 out=$2
+splits=${3:-1,2,3,4,5,6,7,8,10,12,16}
+shift 3 2>/dev/null || shift $#
+mkdir -p "$out"
+unset NIBBLE_SM80_SPLITS
+"$nibble" bench gemm --peers bf16 --json "$out/plan.json" "$@" > "$out/plan.log" 2>&1 ||
+  { tail -20 "$out/plan.log"; exit 1; }
+for s in ${splits//,/ }; do
+  NIBBLE_SM80_SPLITS=$s "$nibble" bench gemm --peers none --json "$out/split$s.json" "$@" \
+    > "$out/split$s.log" 2>&1 || { tail -20 "$out/split$s.log"; exit 1; }
+done
+python3 "$(dirname "$0")/split_sweep_table.py" "$out"
