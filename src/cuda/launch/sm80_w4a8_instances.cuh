@@ -8,9 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -104,34 +102,11 @@ constexpr W4Decode grouped_decode(Tile t, W4A8Epilogue e) {
   return e == W4A8Epilogue::two_level || !thin(t) ? W4Decode::offset_xor : W4Decode::high_nibble;
 }
 
-// The dynamic shared memory a launch of Cfg's instance takes. A CTA touches only the first
-// kblocks_per_split stages of its ring (stage i holds K block i while i < STAGES), so a plan
-// whose splits are shorter than the ring gets only those stages (at least the BM × BN × 4 bytes
-// a cluster split-K tile parks at the ring's start): 4096x4096 W4A8 at M = 1 streams 4 K blocks
-// a CTA through a 6-stage ring, and its 40 KB instead of 60 KB let a CTA of the next, overlapping
-// launch (pdl_launch.h) share the SM with two of this one. The fused-quantization instances keep
-// the whole ring: their resident A follows it. NIBBLE_SM80_FULL_RING=1 keeps it everywhere (a
-// measurement knob, read per call).
-template <class Cfg>
-int launch_smem_bytes(const W4A8GemmParams& p) {
-  if constexpr (Cfg::kFusedQuant) {
-    return Cfg::kSmemBytes;
-  } else {
-    const char* full = std::getenv("NIBBLE_SM80_FULL_RING");
-    if (full != nullptr && full[0] == '1') return Cfg::kSmemBytes;
-    constexpr int kParked = (Cfg::BM * Cfg::BN * 4 + Cfg::kStageBytes - 1) / Cfg::kStageBytes;
-    const int stages =
-        std::min(Cfg::STAGES, std::max(p.kblocks_per_split, Cfg::kOverlapLaunch ? kParked : 1));
-    return stages * Cfg::kStageBytes;
-  }
-}
-
 template <class Cfg>
 void launch_config(const W4A8GemmParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm80::sm80_w4a8_gemm_kernel<Cfg>;
-  const int smem_bytes = launch_smem_bytes<Cfg>(p);
-  allow_dynamic_smem<kernel>(smem_bytes);
-  launch_overlapping(kernel, grid, Cfg::kThreads, smem_bytes, stream,
+  allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  launch_overlapping(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                      Cfg::kOverlapLaunch && p.overlap_allowed,
                      Cfg::kOverlapLaunch && p.cluster_split ? grid.z : 1u, p);
 }
