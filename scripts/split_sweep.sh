@@ -2,7 +2,8 @@
 # Times the sm80 decode kernels (sm80_weight_only_gemm, sm80_w4a8_gemm) at forced split-K counts
 # (NIBBLE_SM80_SPLITS) beside the planner's own choice, in one process per count, and prints per
 # format, shape and M the planner's time, the fastest forced count and its time
-# (scripts/split_sweep_table.py). The planner's run also times cuBLAS bf16 for the ratios.
+# (scripts/split_sweep_table.py, written to OUT/table.txt). The planner's run also times cuBLAS
+# bf16 for the ratios.
 #   usage: scripts/split_sweep.sh NIBBLE OUT [SPLITS] [bench gemm options...]
 #     NIBBLE  the nibble binary; OUT  a folder for plan.json and split<N>.json
 #     SPLITS  comma list of forced counts (default 1,2,3,4,5,6,7,8,10,12,16)
@@ -15,8 +16,13 @@ mkdir -p "$out"
 unset NIBBLE_SM80_SPLITS
 "$nibble" bench gemm --peers bf16 --json "$out/plan.json" "$@" > "$out/plan.log" 2>&1 ||
   { tail -20 "$out/plan.log"; exit 1; }
+# The table is rewritten after every count, so a call stopped at its time limit keeps what ran
+# (about a minute a count for 9 shapes x 3 formats x 2 M on the H100).
+table() { python3 "$(dirname "$0")/split_sweep_table.py" "$out" > "$out/table.txt"; }
+table
 for s in ${splits//,/ }; do
   NIBBLE_SM80_SPLITS=$s "$nibble" bench gemm --peers none --json "$out/split$s.json" "$@" \
     > "$out/split$s.log" 2>&1 || { tail -20 "$out/split$s.log"; exit 1; }
+  table
 done
-python3 "$(dirname "$0")/split_sweep_table.py" "$out"
+cat "$out/table.txt"

@@ -30,7 +30,7 @@ def main():
     bf16 = {(r["N"], r["K"], r["M"]): r["us"] for r in plan["records"]
             if r["op"] == "cublas_bf16" and "us" in r}
     print(f"{plan['device']}, {plan['date']}, commit {plan['commit']}; {plan['method']}")
-    print(f"{'op':<14} {'N x K':>12} {'M':>4} {'plan s':>6} {'plan us':>8} {'best s':>6} "
+    print(f"{'op':<30} {'N x K':>12} {'M':>4} {'plan s':>6} {'plan us':>8} {'best s':>6} "
           f"{'best us':>8} {'plan/best':>9} {'bf16 us':>8} {'bf16/plan':>9}")
     for r in plan["records"]:
         if r["op"].startswith("cublas") or "us" not in r:
@@ -39,11 +39,11 @@ def main():
         runs = sorted(forced.get(key, []))
         best_us, best_s = (runs[0][0], runs[0][1]) if runs else (float("nan"), 0)
         b = bf16.get((r["N"], r["K"], r["M"]), float("nan"))
-        print(f"{r['op']:<14} {str(r['N']) + 'x' + str(r['K']):>12} {r['M']:>4} "
+        print(f"{r['op']:<30} {str(r['N']) + 'x' + str(r['K']):>12} {r['M']:>4} "
               f"{split_of(r.get('kernel')):>6} {r['us']:>8.2f} {best_s:>6} {best_us:>8.2f} "
               f"{r['us'] / best_us:>9.2f} {b:>8.2f} {b / r['us']:>9.2f}")
         for us, s_eff, s in sorted(runs, key=lambda t: t[2]):
-            print(f"{'':<14} {'':>12} {'':>4} forced {s:>2} (ran {s_eff:>2}): {us:8.2f}")
+            print(f"{'':<30} {'':>12} {'':>4} forced {s:>2} (ran {s_eff:>2}): {us:8.2f}")
 
 
 if __name__ == "__main__":

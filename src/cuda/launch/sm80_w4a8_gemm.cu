@@ -129,7 +129,8 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   }
   // NIBBLE_SM80_SPLITS=1..16 forces the split count (a measurement knob, read per call; at most
   // a cluster's 8 where the splits are one).
-  if (const char* forced = std::getenv("NIBBLE_SM80_SPLITS"); forced != nullptr && forced[0] != '\0')
+  const char* forced = std::getenv("NIBBLE_SM80_SPLITS");
+  if (forced != nullptr && forced[0] != '\0')
     splits = std::clamp(std::atoi(forced), 1, std::min(most, std::max(kblocks, 1)));
   int per_split = (kblocks + splits - 1) / splits;
   per_split = (per_split + align - 1) / align * align;

@@ -111,7 +111,8 @@ bool cluster_split(Tile t, int splits, const WeightOnlyOccupancy& occ) {
 // at most 4 KB smaller, so they hold at least as many CTAs per SM.
 template <Tile kTile, int kBits>
 WeightOnlyOccupancy query_occupancy(int device) {
-  static_assert(kMaxClusterSplitK + 1 == std::tuple_size_v<decltype(WeightOnlyOccupancy::clusters_at_once)>);
+  static_assert(kMaxClusterSplitK + 1 ==
+                std::tuple_size_v<decltype(WeightOnlyOccupancy::clusters_at_once)>);
   constexpr WeightOnlyDequant kDq =
       kBits == 4 ? WeightOnlyDequant::group_zero : WeightOnlyDequant::group_scale;
   using Cfg = typename Instance<kTile, __nv_bfloat16, kBits, kDq, 4>::Cfg;
@@ -125,8 +126,8 @@ WeightOnlyOccupancy query_occupancy(int device) {
                                                                   Cfg::kThreads, Cfg::kSmemBytes));
   if (dev.cc_major >= 9 && thin(kTile))
     for (int s = 2; s <= kMaxClusterSplitK; ++s)
-      occ.clusters_at_once[static_cast<size_t>(s)] =
-          max_active_clusters(kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, static_cast<unsigned>(s));
+      occ.clusters_at_once[static_cast<size_t>(s)] = max_active_clusters(
+          kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, static_cast<unsigned>(s));
   return occ;
 }
 
@@ -141,7 +142,9 @@ WeightOnlyOccupancy query_occupancy(int device, Tile t) {
   return {};
 }
 
-Tile tile_for(int64_t m) { return m <= 16 ? Tile::m16 : m <= 32 ? Tile::m32 : m <= 64 ? Tile::m64 : Tile::m128; }
+Tile tile_for(int64_t m) {
+  return m <= 16 ? Tile::m16 : m <= 32 ? Tile::m32 : m <= 64 ? Tile::m64 : Tile::m128;
+}
 
 // Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
 template <Tile kTile, class T, int kBits, WeightOnlyDequant DQ>
@@ -239,10 +242,12 @@ WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
   }
   // Fewer splits while the grid would not run in one wave: the last CTAs would start only when
   // the first ones end, and a few CTAs streaming alone run at a fraction of the bandwidth.
-  // 8-bit weights' 16-row tiles hold 3 CTAs per SM (shared memory) and their clusters of 8 fewer
-  // than 48 at once on the H100, so 28672x4096 and 6144x4096 at M = 1 ran second waves.
+  // 8-bit weights' 16-row tiles hold 3 CTAs per SM (shared memory) and fewer clusters of 8 than
+  // 6144x4096 has tiles, so W8A16 ran second waves at M = 1 (H100, 2026-11-27, docs/kernels.md:
+  // 28672x4096 61.4 -> 49.9 us unsplit, 8192x28672 111.1 -> 93.4 in 5 splits instead of 7).
   while (splits > 1 && resident(splits) < tiles * splits) splits = even(splits - 1);
-  if (const char* forced = std::getenv("NIBBLE_SM80_SPLITS"); forced != nullptr && forced[0] != '\0')
+  const char* forced = std::getenv("NIBBLE_SM80_SPLITS");
+  if (forced != nullptr && forced[0] != '\0')
     splits = even(std::clamp(std::atoi(forced), 1, std::min(kMaxSplitK, std::max(kblocks, 1))));
   const int per_split = (kblocks + splits - 1) / splits;
   plan.splits = (kblocks + per_split - 1) / per_split;
