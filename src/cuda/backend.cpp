@@ -384,15 +384,12 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   const int64_t n_pad = (n + 7) / 8 * 8, k_pad = (k + 127) / 128 * 128;
   if (format.act == ActScheme::none) {
     if (k % 8 != 0) return s + "; packed weight-only layouts need K % 8 == 0";
+    const int weight_bits = layout_weight_bits(packed_layout(format));
     if (use_sm90_weight_only(device, m))
-      return s + packed +
-             describe(plan_sm90_weight_only(m, n_pad, k_pad,
-                                            layout_weight_bits(packed_layout(format)), device)) +
+      return s + packed + describe(plan_sm90_weight_only(m, n_pad, k_pad, weight_bits, device)) +
              " on " + std::to_string(info.sm_count) + " SMs (Hopper: M >= " +
              std::to_string(kSm90WeightOnlyMinTokens) + ")";
-    return s + packed +
-           describe(plan_sm80_weight_only(m, n_pad, k_pad,
-                                          layout_weight_bits(packed_layout(format)), device)) +
+    return s + packed + describe(plan_sm80_weight_only(m, n_pad, k_pad, weight_bits, device)) +
            " on " + std::to_string(info.sm_count) + " SMs";
   }
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";

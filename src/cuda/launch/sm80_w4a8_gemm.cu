@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -127,11 +126,10 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
     const int want = (2 * sm_count + tiles - 1) / tiles;
     splits = std::clamp(std::min(want, kblocks / 4), 1, most);
   }
-  // NIBBLE_SM80_SPLITS=1..16 forces the split count (a measurement knob, read per call; at most
-  // a cluster's 8 where the splits are one).
-  const char* forced = std::getenv("NIBBLE_SM80_SPLITS");
-  if (forced != nullptr && forced[0] != '\0')
-    splits = std::clamp(std::atoi(forced), 1, std::min(most, std::max(kblocks, 1)));
+  // NIBBLE_SM80_SPLITS=1..16 forces the split count (at most a cluster's 8 where the splits are
+  // one).
+  if (const int forced = forced_sm80_splits(); forced >= 0)
+    splits = std::clamp(forced, 1, std::min(most, std::max(kblocks, 1)));
   int per_split = (kblocks + splits - 1) / splits;
   per_split = (per_split + align - 1) / align * align;
   plan.splits = (kblocks + per_split - 1) / per_split;

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -246,9 +245,8 @@ WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
   // 6144x4096 has tiles, so W8A16 ran second waves at M = 1 (H100, 2026-11-27, docs/kernels.md:
   // 28672x4096 61.4 -> 49.9 us unsplit, 8192x28672 111.1 -> 93.4 in 5 splits instead of 7).
   while (splits > 1 && resident(splits) < tiles * splits) splits = even(splits - 1);
-  const char* forced = std::getenv("NIBBLE_SM80_SPLITS");
-  if (forced != nullptr && forced[0] != '\0')
-    splits = even(std::clamp(std::atoi(forced), 1, std::min(kMaxSplitK, std::max(kblocks, 1))));
+  if (const int forced = forced_sm80_splits(); forced >= 0)
+    splits = even(std::clamp(forced, 1, std::min(kMaxSplitK, std::max(kblocks, 1))));
   const int per_split = (kblocks + splits - 1) / splits;
   plan.splits = (kblocks + per_split - 1) / per_split;
   plan.kblocks_per_split = per_split;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 
 #include "nibble/types.h"
 
@@ -20,6 +21,14 @@ struct SplitKWorkspace {
 /// kept (a captured graph may still use them).
 SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_bytes,
                                   size_t counters);
+
+/// The split count that NIBBLE_SM80_SPLITS forces on the sm80 decode planners (sm80_w4a8_gemm,
+/// sm80_weight_only_gemm; a measurement knob, read per call): its integer value, -1 when unset
+/// or empty. The planners clamp it to 1..their largest split.
+inline int forced_sm80_splits() {
+  const char* v = std::getenv("NIBBLE_SM80_SPLITS");
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : -1;
+}
 
 /// A second grow-only buffer per (device, stream), for activations quantized on the way into a
 /// kernel that takes int8 (float-in W4A8 calls above the fused-quantization M). The same rules.
