@@ -7,6 +7,7 @@
 #   usage: scripts/split_sweep.sh NIBBLE OUT [SPLITS] [bench gemm options...]
 #     NIBBLE  the nibble binary; OUT  a folder for plan.json and split<N>.json
 #     SPLITS  comma list of forced counts (default 1,2,3,4,5,6,7,8,10,12,16)
+#   NIBBLE_COMMIT (env) is recorded in plan.json and the table.
 #   e.g. scripts/split_sweep.sh build/cuda/nibble "$OUT" 1,2,4,8 --m 1,16 --formats w8a16
 set -uo pipefail
 nibble=$1 out=$2
@@ -14,7 +15,7 @@ splits=${3:-1,2,3,4,5,6,7,8,10,12,16}
 shift 3 2>/dev/null || shift $#
 mkdir -p "$out"
 unset NIBBLE_SM80_SPLITS
-"$nibble" bench gemm --peers bf16 --json "$out/plan.json" "$@" > "$out/plan.log" 2>&1 ||
+"$nibble" bench gemm --peers bf16 --commit "${NIBBLE_COMMIT:-unknown}" --json "$out/plan.json" "$@" > "$out/plan.log" 2>&1 ||
   { tail -20 "$out/plan.log"; exit 1; }
 # The table is rewritten after every count, so a call stopped at its time limit keeps what ran
 # (about a minute a count for 9 shapes x 3 formats x 2 M on the H100).
