@@ -41,9 +41,10 @@
 //   8-bit bf16:  bf16 cannot hold 128 + u for u ≥ 128 (7 mantissa bits), so PRMT into f32
 //                0x4B0000uu = 2²³ + u, FADD −(2²³ + c) and pack the exact pair with one F2F
 //                (|u − c| ≤ 128). Cutting the byte at its top bit instead ((MAGIC | m) − (256 −
-//                128·b) = u − c in one HSUB2: a PRMT, two LOP3, no conversion) measured slower
-//                on every shape (H100, 2026-11-28, M = 1: 4096×4096 10.9 against 9.7 µs,
-//                10240×8192 35.0 against 31.9), so the F2F form stays.
+//                128·b) = u − c in one HSUB2) measured slower on every shape (H100,
+//                2026-11-28, M = 1: 4096×4096 10.9 against 9.7 µs, 10240×8192 35.0 against
+//                31.9): LOP3 takes one immediate and ptxas keeps the masks out of registers at
+//                this tile's 128-register cap, so it ran six instructions a pair (docs/kernels.md).
 //
 // Limitations
 //   1. mma.sync: at large M on Hopper this reaches roughly 60% of the dense bf16 peak; a wgmma
