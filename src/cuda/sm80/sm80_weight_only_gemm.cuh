@@ -66,6 +66,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/common/split_k.cuh"
+#include "cuda/common/thread_chunks.cuh"
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "nibble/types.h"
 
@@ -278,18 +279,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     uint8_t* x_sh = smem + stage * Cfg::kStageBytes;
     uint8_t* w_sh = x_sh + Cfg::kXBytes;
     if (parts & kStageActivations) {
-      for (int i = tid; i < x_rows * 16; i += Cfg::kThreads) {  // 16-byte chunks (8 elements)
+      // 16-byte chunks (8 elements), 16 a row, rows below x_rows only
+      for_each_thread_chunk_below<BM * 16, Cfg::kThreads>(tid, x_rows * 16, [&](int i) {
         const int r = i >> 4, c = i & 15;
         const int gk = kb * Cfg::kBK + c * 8;
         const bool valid = gk < p.k;  // the K tail is zero-filled: it meets padded weights
         const T* src = x + int64_t(m0 + r) * p.ldx + (valid ? gk : 0);
         cp_async_16(x_sh + r * 256 + ((c ^ (r & 7)) << 4), src, valid);
-      }
+      });
     }
     if (!(parts & kStageWeights)) return;
     constexpr int kChunksPerBlock = Cfg::kBlockBytes / 16;
-#pragma unroll
-    for (int i = tid; i < (BN / 8) * kChunksPerBlock; i += Cfg::kThreads) {
+    for_each_thread_chunk<(BN / 8) * kChunksPerBlock, Cfg::kThreads>(tid, [&](int i) {
       const int nb = i / kChunksPerBlock, part = i % kChunksPerBlock;
       const int gnb = (n0 >> 3) + nb;
       const bool valid = gnb * 8 < p.n_pad;
@@ -297,21 +298,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * Cfg::kBlockBytes + part * 16;
       ptx::cp_async_16_stream(w_sh + nb * Cfg::kBlockBytes + part * 16, src, valid,
                               weight_policy);
-    }
+    });
     if constexpr (Cfg::kGrouped) {
       uint8_t* g_sh = w_sh + Cfg::kWBytes;
       constexpr int kChunksPerRow = BN * 4 / 16;
       constexpr int kTables = Cfg::kHasZeros ? 2 : 1;
+      constexpr int kChunks = Cfg::kGroupRows * kChunksPerRow;
       const int first_group = (kb * Cfg::kBK) >> p.group_shift;
-      const int chunks = Cfg::kGroupRows * kChunksPerRow;
-      for (int i = tid; i < kTables * chunks; i += Cfg::kThreads) {
-        const int table = i / chunks, r = (i % chunks) / kChunksPerRow, c = i % kChunksPerRow;
+      for_each_thread_chunk<kTables * kChunks, Cfg::kThreads>(tid, [&](int i) {
+        const int table = i / kChunks, r = (i % kChunks) / kChunksPerRow, c = i % kChunksPerRow;
         const int col = n0 + c * 4;
         const bool valid = col < p.n_pad;
         const float* src = (table == 0 ? p.w_scales : p.w_zeros) +
                            int64_t(first_group + r) * p.n_pad + (valid ? col : 0);
         cp_async_16(g_sh + table * Cfg::kScaleRegionBytes + r * BN * 4 + c * 16, src, valid);
-      }
+      });
     }
   };
 

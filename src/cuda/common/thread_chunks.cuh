@@ -1,0 +1,34 @@
+// A CTA's threads sharing a tile's copy chunks: thread t takes chunks t, t + kThreads, ...
+//
+// Both loops run a compile-time count and unroll completely. Written as `for (i = tid;
+// i < count; i += kThreads)` the same copies compiled to a 4-way unrolled loop with remainder
+// branches, whose address arithmetic was about half of the W4A16 decode tile's main loop
+// (sm80_weight_only_gemm, sm_90a SASS: 936 → 498 instructions a K block, 2026-11-28).
+// sm80_w4a8_gemm does not use it yet: its 16-row tiles' main loop shrank as much (492 → 204),
+// but its 128×128 two-CTA tiles, at 128 registers, spilled 56–92 bytes with their copies in
+// lambdas, unrolled or not.
+#pragma once
+
+namespace nibble::cuda {
+
+/// f(i) for this thread's chunks i = tid + j·kThreads < kCount (tid < kThreads).
+template <int kCount, int kThreads, class F>
+__device__ __forceinline__ void for_each_thread_chunk(int tid, F&& f) {
+#pragma unroll
+  for (int j = 0; j < (kCount + kThreads - 1) / kThreads; ++j) {
+    const int i = tid + j * kThreads;
+    if (kCount % kThreads == 0 || i < kCount) f(i);
+  }
+}
+
+/// The same for a runtime count ≤ kMaxCount (a tile's rows past M left out).
+template <int kMaxCount, int kThreads, class F>
+__device__ __forceinline__ void for_each_thread_chunk_below(int tid, int count, F&& f) {
+#pragma unroll
+  for (int j = 0; j < (kMaxCount + kThreads - 1) / kThreads; ++j) {
+    const int i = tid + j * kThreads;
+    if (i < count) f(i);
+  }
+}
+
+}  // namespace nibble::cuda
