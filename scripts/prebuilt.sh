@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build the sm_90a binaries on this (GPU-less) machine and carry them to a device machine, so a
 # device call skips its own build (about 200 s of a 10-minute call on the 16-core H100 hosts).
-#   scripts/prebuilt.sh pack     here: configure build/d90 (sm_90a only, Release, warnings as
-#                                errors), build `nibble` and `nibble_tests`, and write them
+#   scripts/prebuilt.sh pack     here: build `nibble` and `nibble_tests` with the sm90a preset
+#                                (build/sm90a: sm_90a only, warnings as errors), and write them
 #                                xz-compressed with the tree's commit to build/carry/
 #   scripts/prebuilt.sh unpack   there (the device tool: carry ["build/carry"]): unpack into
-#                                build/d90/ (nibble, tests/cpp/nibble_tests); fails if the
+#                                build/sm90a/ (nibble, tests/cpp/nibble_tests); fails if the
 #                                binaries were built from another tree than the one that travelled
 # The binaries need the device machine's CUDA runtime libraries (cuBLAS), which its image has,
 # and a glibc no newer than its own (the binaries ask for GLIBC_2.34 at most). The device tool
@@ -14,7 +14,7 @@
 # here; running the binaries on a device machine is not yet tried.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build/d90 carry=build/carry
+build=build/sm90a carry=build/carry
 # The tree's identity: the commit and a hash of the uncommitted change, so that a binary built
 # before an edit is not run against the edited tree.
 tree_id() {
@@ -24,9 +24,8 @@ tree_id() {
 }
 case "${1:-}" in
   pack)
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNIBBLE_CUDA=ON \
-      -DNIBBLE_CUDA_ARCHS=90a -DNIBBLE_WERROR=ON > /dev/null
-    cmake --build "$build" --target nibble_cli nibble_tests
+    cmake --preset sm90a > /dev/null
+    cmake --build --preset sm90a --target nibble_cli nibble_tests
     mkdir -p "$carry"
     xz -T0 -6 -c "$build/nibble" > "$carry/nibble.xz"
     xz -T0 -6 -c "$build/tests/cpp/nibble_tests" > "$carry/nibble_tests.xz"

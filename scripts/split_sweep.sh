@@ -15,7 +15,8 @@ splits=${3:-1,2,3,4,5,6,7,8,10,12,16}
 shift 3 2>/dev/null || shift $#
 mkdir -p "$out"
 unset NIBBLE_SM80_SPLITS
-"$nibble" bench gemm --peers bf16 --commit "${NIBBLE_COMMIT:-unknown}" --json "$out/plan.json" "$@" > "$out/plan.log" 2>&1 ||
+"$nibble" bench gemm --peers bf16 --commit "${NIBBLE_COMMIT:-unknown}" --json "$out/plan.json" \
+  "$@" > "$out/plan.log" 2>&1 ||
   { tail -20 "$out/plan.log"; exit 1; }
 # The table is rewritten after every count, so a call stopped at its time limit keeps what ran
 # (about a minute a count for 9 shapes x 3 formats x 2 M on the H100).
