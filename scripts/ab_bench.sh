@@ -1,47 +1,65 @@
 #!/usr/bin/env bash
-# A/B of two source variants on one GPU machine, in one call: builds `nibble` from the tree as
-# it is (A), applies a patch and builds again (B), restores the tree, then times A, B, A, B with
-# the same `nibble bench gemm` options (cuBLAS bf16 beside each run), so machine drift shows in
-# the repeats and the peers' rows. Writes OUT/{a1,b1,a2,b2}.json and .log, and OUT/ab.txt.
+# A/B of two source variants on one GPU machine, in one call: the tree as it is (A) and the tree
+# with a patch applied or taken out (B, in a copy of the tree under build/ab-b) are built at the
+# same time, then A, B, A, B are timed with the same `nibble bench gemm` options (cuBLAS bf16
+# beside each run), so machine drift shows in the repeats and the peers' rows.
+# Writes OUT/{a1,b1,a2,b2}.json and .log, OUT/build.log and OUT/ab.txt.
 #   usage: scripts/ab_bench.sh PATCH OUT [--reverse] [bench gemm options...]
 #     PATCH      a `git diff` of src/ (made here; it travels with the tree, e.g. under build/dev)
 #     --reverse  B is the tree with PATCH taken out (PATCH = base..HEAD: B is the base)
 #   e.g. git diff 134626a HEAD -- src > build/dev/ab.patch
 #        scripts/ab_bench.sh build/dev/ab.patch "$OUT" --reverse --formats w4a16_g128,w8a16 --m 1,16
-# Builds with the sm90a preset (build/sm90a).
-# A rebuild recompiles only the translation units the patch touches (the weight-only one alone
-# took about 210 s on the 16-core H100 hosts).
+#   or:  scripts/ab_bench.sh --binaries BIN_A BIN_B OUT [bench gemm options...]
+#     times two `nibble` binaries built elsewhere, without building.
+# Both variants build with the sm90a preset (A in build/sm90a, B in build/ab-b/build/sm90a); the
+# two builds share the cores, and together take about as long as one (the longest translation
+# unit, about 210 s on the 16-core H100 hosts, bounds each).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-patch_file=$1 out=$2
-shift 2
-apply=() restore=(-R)  # patch flags that make B, and that take B back to A
-if [ "${1:-}" = --reverse ]; then apply=(-R) restore=(); shift; fi
-build=build/sm90a
-mkdir -p "$out"
-cmake --preset sm90a > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-build_one() {  # $1: variant name
-  local t0=$SECONDS
-  cmake --build --preset sm90a -j "$(nproc)" --target nibble_cli >> "$out/build.log" 2>&1 ||
-    { tail -40 "$out/build.log"; return 1; }
-  cp "$build/nibble" "$build/nibble_$1"
-  echo "built $1 in $((SECONDS - t0)) s"
+
+build_variants() {  # $1 patch, $2 out, $3.. patch flags that make B
+  local patch_file=$1 out=$2
+  shift 2
+  local b_tree=build/ab-b
+  rm -rf "$b_tree" && mkdir -p "$b_tree"
+  # The tracked and new (not ignored) files as they are in the working tree.
+  git ls-files -z -co --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$b_tree"
+  patch -d "$b_tree" -p1 -s --dry-run "$@" < "$patch_file" > /dev/null 2>&1 ||
+    { echo "$patch_file does not apply${*:+ ($*)} to this tree"; return 1; }
+  patch -d "$b_tree" -p1 -s "$@" < "$patch_file" || return 1
+  local t0=$SECONDS pids=() dir
+  for dir in . "$b_tree"; do
+    ( cd "$dir" && cmake --preset sm90a > /dev/null &&
+      cmake --build --preset sm90a -j "$(nproc)" --target nibble_cli ) >> "$out/build.log" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0 pid
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  [ $rc -eq 0 ] || { tail -40 "$out/build.log"; return 1; }
+  echo "built A and B in $((SECONDS - t0)) s"
 }
-build_one a || exit 1
-patch -p1 -s --dry-run "${apply[@]}" < "$patch_file" > /dev/null 2>&1 ||
-  { echo "$patch_file does not apply${apply[*]:+ in reverse} to this tree"; exit 1; }
-patch -p1 -s "${apply[@]}" < "$patch_file" || exit 1
-build_one b
-rc=$?
-patch -p1 -s "${restore[@]}" < "$patch_file" || echo "WARNING: the tree was not restored"
-[ $rc -eq 0 ] || exit 1
+
+if [ "${1:-}" = --binaries ]; then
+  bin_a=$2 bin_b=$3 out=$4
+  shift 4
+  mkdir -p "$out"
+else
+  patch_file=$1 out=$2
+  shift 2
+  apply=()  # patch flags that make B
+  if [ "${1:-}" = --reverse ]; then apply=(-R); shift; fi
+  mkdir -p "$out"
+  build_variants "$patch_file" "$out" "${apply[@]}" || exit 1
+  bin_a=build/sm90a/nibble bin_b=build/ab-b/build/sm90a/nibble
+fi
 for run in 1 2; do
   for v in a b; do
-    "$build/nibble_$v" bench gemm --peers bf16 --json "$out/$v$run.json" "$@" \
+    bin=bin_$v
+    "${!bin}" bench gemm --peers bf16 --json "$out/$v$run.json" "$@" \
       > "$out/$v$run.log" 2>&1 || { tail -20 "$out/$v$run.log"; exit 1; }
   done
 done
-python3 - "$out" > "$out/ab.txt" <<'EOF'
+python3 - "$out" > "$out/ab.txt" <<'PY'
 import json, sys, collections
 out = sys.argv[1]
 rows = collections.defaultdict(dict)
@@ -55,5 +73,5 @@ for (op, n, k, m), t in sorted(rows.items()):
     ratio = f"{(sum(b) / len(b)) / (sum(a) / len(a)):.3f}" if a and b else "-"
     fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
     print(f"{op:28} {f'{n}x{k}':>12} {m:>5} {fmt(a):>15} {fmt(b):>15} {ratio:>6}")
-EOF
+PY
 cat "$out/ab.txt"

@@ -15,12 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/sm90a carry=build/carry
-# The tree's identity: the commit and a hash of the uncommitted change, so that a binary built
-# before an edit is not run against the edited tree.
+# The identity of what the binaries are built from: the blobs of the source paths and any
+# uncommitted change to them (not the commit, so a later commit of scripts or docs keeps it),
+# so that a binary built before an edit of the sources is not run against the edited tree.
+sources=(CMakeLists.txt CMakePresets.json cmake include src bench tests tools python)
 tree_id() {
-  local head
-  head=$(git rev-parse HEAD 2>/dev/null || cat "$carry/commit.head" 2>/dev/null || echo none)
-  echo "$head $(git diff HEAD 2>/dev/null | sha256sum | cut -c1-16)"
+  { git ls-files -s -- "${sources[@]}"; git diff HEAD -- "${sources[@]}"; } | sha256sum | cut -c1-16
 }
 case "${1:-}" in
   pack)
