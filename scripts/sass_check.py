@@ -17,8 +17,8 @@ nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm in this Python's environment (scr
 where nvcc is found without cuobjdump). CTest runs it on libnibble as `sass_uniform_registers`.
 
 A register counts as written when it is the destination (the first operand) of an instruction
-that has one; a 64-bit destination (.64, .128 suffixes, or an operand that is a pair) writes the
-following registers too. This over-approximates the writes (any write anywhere in the function
+that has one; a wide destination (.64, .128 and .WIDE suffixes) writes the following registers
+too. This over-approximates the writes (any write anywhere in the function
 counts, whatever the control flow), so a report is a real defect, not a style question.
 """
 import argparse
@@ -44,7 +44,7 @@ def width(suffixes: str) -> int:
     """Registers written by a destination, from the opcode's width suffix."""
     if ".128" in suffixes:
         return 4
-    if ".64" in suffixes:
+    if ".64" in suffixes or ".WIDE" in suffixes:  # UIMAD.WIDE writes a pair
         return 2
     return 1
 
