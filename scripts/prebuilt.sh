@@ -18,7 +18,8 @@ build=build/sm90a carry=build/carry
 # The identity of what the binaries are built from: the blobs of the source paths and any
 # uncommitted change to them (not the commit, so a later commit of scripts or docs keeps it),
 # so that a binary built before an edit of the sources is not run against the edited tree.
-sources=(CMakeLists.txt CMakePresets.json cmake include src bench tests tools python)
+sources=(CMakeLists.txt CMakePresets.json cmake include src bench tests tools python
+  ':(exclude)bench/results')  # results committed after a run do not change the binaries
 tree_id() {
   { git ls-files -s -- "${sources[@]}"; git diff HEAD -- "${sources[@]}"; } | sha256sum | cut -c1-16
 }
