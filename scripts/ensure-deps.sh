@@ -46,11 +46,10 @@ if ! "$venv/bin/python" -c 'import nanobind, numpy, pytest, safetensors' 2> /dev
   "$venv/bin/python" -m pip install -q --disable-pip-version-check nanobind numpy pytest \
     safetensors
 fi
-# With nvcc but no cuobjdump beside it (a pip or minimal toolkit), the SASS check of the CUDA
-# build (scripts/sass_check.py, CTest's sass_uniform_registers) uses these wheels (~6 MB).
-if command -v nvcc > /dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/cuobjdump" ] &&
-  ! command -v cuobjdump > /dev/null &&
-  ! "$venv/bin/python" -c 'import glob, sys; sys.exit(not glob.glob(sys.prefix + "/lib/python3*/site-packages/nvidia/*/bin/nvdisasm"))'; then
+# With nvcc but no cuobjdump that the SASS check of the CUDA build can find (a pip or minimal
+# toolkit; scripts/sass_check.py, CTest's sass_uniform_registers), these wheels (~6 MB).
+if command -v nvcc > /dev/null &&
+  ! "$venv/bin/python" "$(dirname "$0")/sass_check.py" --which-cuobjdump > /dev/null; then
   echo "nibble: installing nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm into $venv" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check nvidia-cuda-cuobjdump \
     nvidia-cuda-nvdisasm || echo "nibble: cuobjdump could not be installed; the SASS check" \

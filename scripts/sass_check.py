@@ -8,13 +8,15 @@ into LDGSTS instructions whose shared-memory base and memory descriptor are unif
 machine can still catch this: the instructions are in the compiled library.
 
     usage: scripts/sass_check.py LIBRARY_OR_SASS [--cuobjdump PATH]
+           scripts/sass_check.py --which-cuobjdump
 
 LIBRARY_OR_SASS is a library or object with device code (cuobjdump -sass is run on it) or a
-text file of cuobjdump -sass output. Exit status 1 and one line per function when some
+.sass / .txt file of cuobjdump -sass output. Exit status 1 and one line per function when some
 instruction reads a uniform register that no instruction of that function writes; 77 (CTest's
 skip) when no cuobjdump is found: on PATH, beside nvcc, or from the PyPI packages
-nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm in this Python's environment (scripts/ensure-deps.sh --python installs it
-where nvcc is found without cuobjdump). CTest runs it on libnibble as `sass_uniform_registers`.
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm in this Python's environment. --which-cuobjdump
+prints the one found (77 if none); scripts/ensure-deps.sh --python installs the wheels when it
+finds none. CTest runs the check on libnibble as `sass_uniform_registers`.
 
 A register counts as written when it is the destination (the first operand) of an instruction
 that has one; a wide destination (.64, .128 and .WIDE suffixes) writes the following registers
@@ -36,8 +38,10 @@ NO_DESTINATION = re.compile(
     r"SYNCS|BAR|BRA|BRX|JMP|CALL|RET|EXIT|BSYNC|BSSY|WARPSYNC|MEMBAR|FENCE|CCTL|ERRBAR|"
     r"DEPBAR|NOP|YIELD|ARRIVES|WARPGROUP|USETMAXREG|ELECT|ACQBULK|UCGABAR[A-Z_]*)$")
 FUNCTION = re.compile(r"^\s*Function : (\S+)")
-INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z0-9_]+)((?:\.[A-Z0-9_]+)*)\s*(.*?);")
+INSTRUCTION = re.compile(
+    r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z0-9_]+)((?:\.[A-Z0-9_]+)*)\s*(.*?);")
 UNIFORM = re.compile(r"\bUR(\d+)\b")
+PREDICATE = re.compile(r"!?U?P[T0-9]+")
 
 
 def width(suffixes: str) -> int:
@@ -81,7 +85,7 @@ def check(lines):
                     written.update(range(first, first + width(suffixes)))
                     sources = parts[i + 1:]
                     break
-                if not re.fullmatch(r"!?U?P[T0-9]+", part):
+                if not PREDICATE.fullmatch(part):
                     break
         for part in sources:
             for r in UNIFORM.finditer(part):
@@ -107,24 +111,35 @@ def find_cuobjdump():
     for prefix in {sys.prefix, sys.base_prefix}:
         for path in sorted(glob.glob(os.path.join(
                 prefix, "lib", "python3*", "site-packages", "nvidia", "*", "bin", "cuobjdump"))):
-            if os.access(path, os.X_OK):
+            # cuobjdump -sass runs nvdisasm, the other wheel, from the same folder.
+            nvdisasm = os.path.join(os.path.dirname(path), "nvdisasm")
+            if os.access(path, os.X_OK) and os.access(nvdisasm, os.X_OK):
                 return path
     return None
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("input")
+    parser.add_argument("input", nargs="?")
     parser.add_argument("--cuobjdump", default=None)
+    parser.add_argument("--which-cuobjdump", action="store_true")
     args = parser.parse_args()
-    if args.input.endswith((".a", ".o", ".so", ".cubin", ".fatbin")) or "." not in args.input:
+    if args.which_cuobjdump:
+        found = find_cuobjdump()
+        print(found or "no cuobjdump")
+        return 0 if found else 77
+    if args.input is None:
+        parser.error("LIBRARY_OR_SASS is required")
+    if not args.input.endswith((".sass", ".txt")):
         args.cuobjdump = args.cuobjdump or find_cuobjdump()
         if args.cuobjdump is None:
-            print("sass_check: skipped, no cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+            print("sass_check: skipped, no cuobjdump "
+                  "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
             return 77
-        # cuobjdump runs nvdisasm, which the wheels put beside it.
+        # cuobjdump runs nvdisasm: the one beside it first.
         env = dict(os.environ)
-        env["PATH"] = os.path.dirname(os.path.abspath(args.cuobjdump)) + os.pathsep + env.get("PATH", "")
+        bin_dir = os.path.dirname(os.path.abspath(args.cuobjdump))
+        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
         proc = subprocess.run([args.cuobjdump, "-sass", args.input], capture_output=True,
                               text=True, check=False, env=env)
         if proc.returncode != 0:
