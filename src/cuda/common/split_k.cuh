@@ -24,8 +24,13 @@ namespace nibble::cuda {
 
 /// The most splits split_k_sum handles (the launchers' plans never make more).
 constexpr int kMaxSplitK = 16;
-/// The most splits a cluster split tile has (the portable cluster size).
-constexpr int kMaxClusterSplitK = 8;
+/// The most splits a cluster split tile has: 16, the largest cluster the H100 runs. Clusters of
+/// more than kMaxPortableClusterSplitK CTAs need the kernel's non-portable cluster attribute
+/// (cuda/launch/dynamic_smem.h: allow_nonportable_clusters) and a GPU that runs them (the
+/// occupancy calculator says).
+constexpr int kMaxClusterSplitK = 16;
+/// The cluster size every sm_90+ GPU runs.
+constexpr int kMaxPortableClusterSplitK = 8;
 
 /// Call with every thread of the CTA after its partial tile is stored. True, in every thread, in
 /// the CTA that arrived last; its loads then see every other CTA's partials.
