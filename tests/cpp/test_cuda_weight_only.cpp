@@ -322,6 +322,14 @@ TEST(Sm80WeightOnlyPlan, SplitsRunInOneWave) {
   EXPECT_EQ(plan.splits, 12);
   EXPECT_EQ(plan.kblocks_per_split, 10);
   EXPECT_EQ(plan.resident_ctas, 384);
+  // Where the GPU runs clusters of 12 (non-portable sizes, the H100) enough of them at once,
+  // the same 12 splits reduce in a cluster instead.
+  cuda::WeightOnlyOccupancy big_clusters = occ;
+  big_clusters.clusters_at_once[12] = 32;
+  plan = cuda::plan_sm80_weight_only(1, 4096, 14336, big_clusters);
+  EXPECT_EQ(plan.splits, 12);
+  EXPECT_TRUE(plan.cluster_split);
+  EXPECT_EQ(plan.resident_ctas, 384);
   // Unknown occupancy (0 CTAs per SM): no cap.
   cuda::WeightOnlyOccupancy unknown;
   unknown.sm_count = 132;

@@ -24,8 +24,13 @@ namespace nibble::cuda {
 
 /// The most splits split_k_sum handles (the launchers' plans never make more).
 constexpr int kMaxSplitK = 16;
-/// The most splits a cluster split tile has (the portable cluster size).
-constexpr int kMaxClusterSplitK = 8;
+/// The most splits a cluster split tile has: 16, the largest cluster the H100 runs. Clusters of
+/// more than kMaxPortableClusterSplitK CTAs need the kernel's non-portable cluster attribute
+/// (cuda/launch/dynamic_smem.h: allow_nonportable_clusters) and a GPU that runs them (the
+/// occupancy calculator says).
+constexpr int kMaxClusterSplitK = 16;
+/// The cluster size every sm_90+ GPU runs.
+constexpr int kMaxPortableClusterSplitK = 8;
 
 /// Call with every thread of the CTA after its partial tile is stored. True, in every thread, in
 /// the CTA that arrived last; its loads then see every other CTA's partials.
@@ -106,18 +111,22 @@ __device__ __forceinline__ TileSlice cluster_tile_slice(int total, int splits, i
 }
 
 /// Σ_s tile_s[i] in split order as `T`, tile_s being the 4-byte values at shared address
-/// `local_tile` in CTA s of the cluster (every split's load in flight at once).
-template <class T>
+/// `local_tile` in CTA s of the cluster (every split's load in flight at once). `splits` must
+/// not exceed kMaxSplits: the loads are unrolled to it, and a cap of 16 where the cluster has at
+/// most 8 costs 2-5% of a decode GEMM at M = 16 (sm80_weight_only_gemm, H100, 2026-11-28), so
+/// kernels instantiate the 16 only for clusters of more than 8.
+template <class T, int kMaxSplits = kMaxPortableClusterSplitK>
 __device__ __forceinline__ T cluster_split_sum(uint32_t local_tile, int i, int splits) {
-  uint32_t part[kMaxClusterSplitK];
+  static_assert(kMaxSplits <= kMaxClusterSplitK);
+  uint32_t part[kMaxSplits];
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplitK; ++s)
+  for (int s = 0; s < kMaxSplits; ++s)
     if (s < splits)
       part[s] = ptx::ld_shared_cluster_u32(local_tile + 4u * static_cast<uint32_t>(i),
                                            static_cast<uint32_t>(s));
   T sum = 0;
 #pragma unroll
-  for (int s = 0; s < kMaxClusterSplitK; ++s) {
+  for (int s = 0; s < kMaxSplits; ++s) {
     if (s >= splits) break;
     if constexpr (std::is_floating_point_v<T>) sum += __uint_as_float(part[s]);
     else sum += int32_t(part[s]);
@@ -130,7 +139,9 @@ __device__ __forceinline__ T cluster_split_sum(uint32_t local_tile, int i, int s
 /// the cluster, fully written by this CTA's threads. Every thread of every CTA of the cluster
 /// calls it; finish(row, col, Σ_s tile_s[row − m0, col − n0]) runs once per element of the tile
 /// inside (M, N), summed in split order as `T`. Returns when no CTA reads `tile` any more.
-template <class T, int BM, int BN, int kThreads, class Finish>
+/// `splits` ≤ kMaxSplits (see cluster_split_sum).
+template <class T, int BM, int BN, int kThreads, int kMaxSplits = kMaxPortableClusterSplitK,
+          class Finish>
 __device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int splits, int M, int N,
                                                     int m0, int n0, Finish&& finish) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -142,7 +153,7 @@ __device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int sp
   for (int i = slice.begin + static_cast<int>(threadIdx.x); i < slice.end; i += kThreads) {
     const int col = n0 + i % BN;
     if (col >= N) continue;
-    finish(m0 + i / BN, col, cluster_split_sum<T>(local, i, splits));
+    finish(m0 + i / BN, col, cluster_split_sum<T, kMaxSplits>(local, i, splits));
   }
   // No CTA may leave (and free its shared memory) while another still reads its tile.
   ptx::cluster_sync();

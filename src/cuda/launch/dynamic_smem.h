@@ -32,4 +32,20 @@ void allow_dynamic_smem(int bytes) {
   if (set != nullptr) set->store(bytes + 1, std::memory_order_release);
 }
 
+/// Lets `Kernel` run in thread-block clusters of more than 8 CTAs (the portable size) on the
+/// current device: the H100 runs 16. Set before launching such clusters and before asking the
+/// occupancy calculator about them; kept per device, as the attribute is.
+template <auto Kernel>
+void allow_nonportable_clusters() {
+  constexpr int kDevices = 64;  // devices past this count set the attribute on every call
+  static std::array<std::atomic<bool>, kDevices> configured{};
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  std::atomic<bool>* set = device < kDevices ? &configured[size_t(device)] : nullptr;
+  if (set != nullptr && set->load(std::memory_order_acquire)) return;
+  NIBBLE_CUDA_CHECK(
+      cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  if (set != nullptr) set->store(true, std::memory_order_release);
+}
+
 }  // namespace nibble::cuda

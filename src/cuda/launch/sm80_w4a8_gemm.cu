@@ -120,7 +120,7 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   // blocks so every group is rescaled by exactly one CTA.
   const int tiles = plan.tiles_m * plan.tiles_n;
   const int align = group == 256 ? 2 : 1;
-  const int most = cluster_candidate(plan) ? kMaxClusterSplitK : kMaxSplitK;
+  const int most = cluster_candidate(plan) ? kMaxPortableClusterSplitK : kMaxSplitK;
   int splits = 1;
   if (tiles < sm_count) {
     const int want = (2 * sm_count + tiles - 1) / tiles;

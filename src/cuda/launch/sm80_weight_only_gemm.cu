@@ -91,14 +91,17 @@ void launch_instance(const WeightOnlyGemmParams& p, dim3 grid, Stream stream) {
   using Cfg = typename Instance<kTile, T, kBits, DQ, kRows>::Cfg;
   constexpr auto kernel = sm80::sm80_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  if (p.cluster_split && p.splits > kMaxPortableClusterSplitK) allow_nonportable_clusters<kernel>();
   launch_overlapping(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream,
                      Cfg::kOverlapLaunch && p.overlap_allowed,
                      p.cluster_split ? static_cast<unsigned>(p.splits) : 1u, p);
 }
 
-// The decode tiles (M ≤ 32) split at most 8 ways: on sm_90+ their splits reduce in one cluster.
-// More splits keep the workspace: capping them at 8 slowed 4096x14336 at M = 1 from 22.9 to
-// 30.4 us (H100, 2026-11-24), as this kernel's K blocks are slow to stream alone.
+// The decode tiles' (M ≤ 32) splits reduce in one cluster on sm_90+, up to 16 (the H100's
+// largest, non-portable cluster) where the GPU runs clusters of that size; other split tiles go
+// through the workspace. Capping the splits at 8 had slowed 4096x14336 at M = 1 from 22.9 to
+// 30.4 us (H100, 2026-11-24), and the workspace's round trip costs 5-10 us at M = 16 (5120x5120
+// W4A16 in 10 splits 18.2 us, in a cluster of 8 12.4; H100, 2026-11-28, docs/kernels.md).
 bool cluster_split(Tile t, int splits, const WeightOnlyOccupancy& occ) {
   return thin(t) && splits > 1 && splits <= kMaxClusterSplitK &&
          occ.clusters_at_once[static_cast<size_t>(splits)] > 0;
@@ -123,10 +126,12 @@ WeightOnlyOccupancy query_occupancy(int device) {
   occ.sm_count = dev.sm_count;
   NIBBLE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ.ctas_per_sm, kernel,
                                                                   Cfg::kThreads, Cfg::kSmemBytes));
-  if (dev.cc_major >= 9 && thin(kTile))
+  if (dev.cc_major >= 9 && thin(kTile)) {
+    allow_nonportable_clusters<kernel>();
     for (int s = 2; s <= kMaxClusterSplitK; ++s)
       occ.clusters_at_once[static_cast<size_t>(s)] = max_active_clusters(
           kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, static_cast<unsigned>(s));
+  }
   return occ;
 }
 

@@ -49,11 +49,11 @@ constexpr int group_shift(int group) {
 /// What the split-K choice knows of the GPU for the planned tile's instance: its SM count, how
 /// many CTAs of the instance one SM holds (registers and shared memory, from the occupancy
 /// calculator) and how many clusters of s of its CTAs run at once (clusters_at_once[s],
-/// s = 2..8; all 0 where the GPU runs no clusters, so split tiles use the workspace).
+/// s = 2..16; 0 for the sizes the GPU does not run, whose split tiles use the workspace).
 struct WeightOnlyOccupancy {
   int sm_count = 0;
   int ctas_per_sm = 0;
-  std::array<int, 9> clusters_at_once{};
+  std::array<int, 17> clusters_at_once{};  // 16 = kMaxClusterSplitK (cuda/common/split_k.cuh)
 };
 
 /// The occupancy of the sm80_weight_only_gemm instance of tile `tile` for `weight_bits`-bit
@@ -64,7 +64,7 @@ WeightOnlyOccupancy sm80_weight_only_occupancy(int device, int tile, int weight_
 struct WeightOnlyPlan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
-  bool cluster_split = false;  ///< the splits of a tile are one cluster (sm_90+, <= 8 splits)
+  bool cluster_split = false;  ///< the splits of a tile are one cluster (sm_90+, <= 16 splits)
   int resident_ctas = 0;       ///< CTAs (of this plan's grid) the GPU runs at once
 };
 /// The tile for M, its grid, and the split count: split K only when the output tiles leave SMs

@@ -26,7 +26,7 @@
 //   block's group scales and zeros). Warps tile the CTA as WARPS_M × WARPS_N: MT m16 × NT n8
 //   f32 accumulator tiles each. Split-K partials are summed in split order by the tile's last
 //   CTA (cuda/common/split_k.cuh): deterministic. On sm_90+ the splits of a decode tile
-//   (p.cluster_split, at most 8) are instead one thread-block cluster and reduce over
+//   (p.cluster_split, up to 16) are instead one thread-block cluster and reduce over
 //   distributed shared memory, in the same order (same results, no workspace round trip).
 //
 //   x in shared memory: rows of 256 bytes = 16 chunks of 16; chunk c of row r is stored at
@@ -436,8 +436,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                        [&](int mt, int nt, int e) {
                                          return __float_as_uint(acc[mt][nt][e]);
                                        });
-        split_k_cluster_sum<float, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
-                                                          finish_split);
+        if (p.splits <= kMaxPortableClusterSplitK)
+          split_k_cluster_sum<float, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
+                                                            finish_split);
+        else
+          split_k_cluster_sum<float, BM, BN, Cfg::kThreads, kMaxClusterSplitK>(
+              tile, p.splits, p.m, p.n, m0, n0, finish_split);
         return;
       }
     }

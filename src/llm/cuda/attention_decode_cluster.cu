@@ -296,16 +296,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1) attention_decode_cluster_kernel
   }
 }
 
-template <auto Kernel>
-void allow_cluster_of_16() {
-  static const bool configured = [] {
-    NIBBLE_CUDA_CHECK(
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    return true;
-  }();
-  (void)configured;
-}
-
 // 8 warps and 2 ring stages (32 KB at hd = 128), the rest of a CTA's share prefetched to L2.
 // Measured in the Llama-3-8B W4A8 decode step (bench-model, H100, 2026-11-24, tokens/s at a
 // 2048-token context / at 16 tokens, two rounds): 8 warps, 2 stages 354.2 / 388.1 and 350.7 /
@@ -322,7 +312,7 @@ void launch_kernel(const Params& p, bool overlap, Stream stream) {
   constexpr auto kernel =
       attention_decode_cluster_kernel<HD, MAXG, C, kDefaultWarps, kDefaultStages, kFloatOut>;
   nibble::cuda::allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-  if constexpr (C > 8) allow_cluster_of_16<kernel>();
+  if constexpr (C > 8) nibble::cuda::allow_nonportable_clusters<kernel>();
   nibble::cuda::launch_overlapping(kernel, dim3(static_cast<unsigned>(p.s.n_kv_heads), 1, C),
                                    dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, overlap, C, p);
 }
@@ -348,7 +338,7 @@ int clusters_of_16_at_once() {
     constexpr auto kernel =
         attention_decode_cluster_kernel<HD, MAXG, 16, kDefaultWarps, kDefaultStages>;
     nibble::cuda::allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
-    allow_cluster_of_16<kernel>();
+    nibble::cuda::allow_nonportable_clusters<kernel>();
     return nibble::cuda::max_active_clusters(kernel, dim3(Cfg::kThreads), Cfg::kSmemBytes, 16);
   }();
   return count;
