@@ -97,6 +97,7 @@
 #include "cuda/common/raster.cuh"
 #include "cuda/common/residual_norm.cuh"
 #include "cuda/common/split_k.cuh"
+#include "cuda/common/thread_chunks.cuh"
 #include "cuda/common/token_quant.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "nibble/types.h"
@@ -288,17 +289,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   using X = typename Cfg::X;
 
   // ---- one pipeline stage: A tile, W tile, and this K block's group data --------------------
+  // The thin (decode) tiles copy a compile-time count of chunks per thread, so the copies unroll
+  // completely (cuda/common/thread_chunks.cuh says what the loop from tid cost). The large tiles
+  // keep the loop from tid: unrolled completely, their 2-CTA/SM instances spill at 128 registers.
   // `parts` picks the activation half (the A or x tile: an earlier kernel's output), the weight
   // half (the W tile and the K block's group data: weights only, which no kernel that lets its
   // dependents start early ever writes; see the prologue below) or both.
+  // Their weight copies go without the L2 evict-first hint: with it, ptxas 13.0 compiles the
+  // unrolled copies into LDGSTS that read uniform registers nothing writes, an illegal
+  // instruction on the GPU (docs/kernels.md, sm80_weight_only_gemm; scripts/sass_check.py).
+  constexpr bool kFixedCopyTrips = BM <= 32;
+  auto copy_weights = [&](void* dst, const void* src, bool valid) {
+    if constexpr (kFixedCopyTrips) cp_async_16(dst, src, valid);
+    else ptx::cp_async_16_stream(dst, src, valid, weight_policy);
+  };
   auto load_stage = [&](int stage, int kb, int parts = kStageAll) {
     uint8_t* base = smem + stage * Cfg::kStageBytes;
     [[maybe_unused]] uint8_t* a_sh = base;
     uint8_t* w_sh = base + Cfg::kXStageBytes;
     if constexpr (!Cfg::kFusedQuant) {  // fused quantization: A is resident, not staged
       if (parts & kStageActivations) {
+        constexpr int kChunks = BM * 8;  // 16-byte chunks of A
 #pragma unroll
-        for (int i = tid; i < BM * 8; i += Cfg::kThreads) {  // 16-byte chunks of A
+        for (int i = tid, j = 0; kFixedCopyTrips ? j < thread_chunk_passes(kChunks, Cfg::kThreads)
+                                               : i < kChunks;
+             i += Cfg::kThreads, ++j) {
+          if (kFixedCopyTrips && kChunks % Cfg::kThreads != 0 && i >= kChunks) break;
           const int r = i >> 3, c = i & 7;
           const int gm = m0 + r, gk = kb * 128 + c * 16;
           const bool valid = gm < p.m && gk < k_bytes;
@@ -309,22 +325,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     if (!(parts & kStageWeights)) return;
     if constexpr (Cfg::kRowMajorW) {
+      constexpr int kChunks = BN * 8;  // 16-byte chunks of W rows, as A
 #pragma unroll
-      for (int i = tid; i < BN * 8; i += Cfg::kThreads) {  // 16-byte chunks of W rows, as A
+      for (int i = tid, j = 0; kFixedCopyTrips ? j < thread_chunk_passes(kChunks, Cfg::kThreads)
+                                             : i < kChunks;
+           i += Cfg::kThreads, ++j) {
+        if (kFixedCopyTrips && kChunks % Cfg::kThreads != 0 && i >= kChunks) break;
         const int r = i >> 3, c = i & 7;
         const int gn = n0 + r, gk = kb * 128 + c * 16;
         const bool valid = gn < p.n && gk < k_bytes;
         const uint8_t* src = p.w + int64_t(valid ? gn : 0) * p.ldw + (valid ? gk : 0);
-        ptx::cp_async_16_stream(w_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid, weight_policy);
+        copy_weights(w_sh + r * 128 + ((c ^ (r & 7)) << 4), src, valid);
       }
     } else {
+      constexpr int kChunks = BN * 4;  // 16-byte chunks of W (32 per n8 block)
 #pragma unroll
-      for (int i = tid; i < BN * 4; i += Cfg::kThreads) {  // 16-byte chunks of W (32 per n8 block)
+      for (int i = tid, j = 0; kFixedCopyTrips ? j < thread_chunk_passes(kChunks, Cfg::kThreads)
+                                             : i < kChunks;
+           i += Cfg::kThreads, ++j) {
+        if (kFixedCopyTrips && kChunks % Cfg::kThreads != 0 && i >= kChunks) break;
         const int nb = i >> 5, part = i & 31;
         const int gnb = (n0 >> 3) + nb;
         const bool valid = gnb * 8 < p.n_pad;
         const uint8_t* src = p.w + (int64_t(valid ? gnb : 0) * p.kblocks + kb) * 512 + part * 16;
-        ptx::cp_async_16_stream(w_sh + nb * 512 + part * 16, src, valid, weight_policy);
+        copy_weights(w_sh + nb * 512 + part * 16, src, valid);
       }
     }
     if constexpr (Cfg::kA4 && Cfg::kScaleBytes > 0) {
@@ -349,7 +373,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                  ? reinterpret_cast<const uint8_t*>(p.w_scales)
                                  : reinterpret_cast<const uint8_t*>(p.w_params);
       const int first_group = kb * 128 / Cfg::GROUP;
-      for (int i = tid; i < Cfg::kGroupRows * kChunksPerRow; i += Cfg::kThreads) {
+      constexpr int kChunks = Cfg::kGroupRows * kChunksPerRow;
+      for (int i = tid, j = 0; kFixedCopyTrips ? j < thread_chunk_passes(kChunks, Cfg::kThreads)
+                                             : i < kChunks;
+           i += Cfg::kThreads, ++j) {
+        if (kFixedCopyTrips && kChunks % Cfg::kThreads != 0 && i >= kChunks) break;
         const int r = i / kChunksPerRow, c = i % kChunksPerRow;
         const int col = n0 + c * (16 / kElemBytes);
         const bool valid = col < p.n_pad;
