@@ -15,13 +15,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/sm90a carry=build/carry
-# The identity of what the binaries are built from: the blobs of the source paths and any
-# uncommitted change to them (not the commit, so a later commit of scripts or docs keeps it),
-# so that a binary built before an edit of the sources is not run against the edited tree.
+# The identity of what the binaries are built from: the contents of the files under the source
+# paths (tracked or new, not ignored), so that a binary built before an edit of the sources is
+# not run against the edited tree, while committing scripts or docs keeps a pack valid. It hashes
+# the files themselves, not git's index: the device machine's copy of the tree can carry an
+# older commit's git metadata (2026-11-28: an id from `git ls-files -s` + `git diff HEAD`
+# differed there for the same files).
 sources=(CMakeLists.txt CMakePresets.json cmake include src bench tests tools python
   ':(exclude)bench/results')  # results committed after a run do not change the binaries
 tree_id() {
-  { git ls-files -s -- "${sources[@]}"; git diff HEAD -- "${sources[@]}"; } | sha256sum | cut -c1-16
+  git ls-files -z -co --exclude-standard -- "${sources[@]}" | sort -z |
+    xargs -0 sha256sum | sha256sum | cut -c1-16
 }
 case "${1:-}" in
   pack)
