@@ -139,11 +139,17 @@ __device__ __forceinline__ T cluster_split_sum(uint32_t local_tile, int i, int s
 /// the cluster, fully written by this CTA's threads. Every thread of every CTA of the cluster
 /// calls it; finish(row, col, Σ_s tile_s[row − m0, col − n0]) runs once per element of the tile
 /// inside (M, N), summed in split order as `T`. Returns when no CTA reads `tile` any more.
-/// `splits` ≤ kMaxSplits (see cluster_split_sum).
+/// `splits` ≤ kMaxSplits; with kMaxSplits past 8, clusters of at most 8 still take the 8-wide
+/// sum (see cluster_split_sum).
 template <class T, int BM, int BN, int kThreads, int kMaxSplits = kMaxPortableClusterSplitK,
           class Finish>
 __device__ __forceinline__ void split_k_cluster_sum(const uint32_t* tile, int splits, int M, int N,
                                                     int m0, int n0, Finish&& finish) {
+  if constexpr (kMaxSplits > kMaxPortableClusterSplitK) {
+    if (splits <= kMaxPortableClusterSplitK)
+      return split_k_cluster_sum<T, BM, BN, kThreads, kMaxPortableClusterSplitK>(
+          tile, splits, M, N, m0, n0, static_cast<Finish&&>(finish));
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   ptx::cluster_sync();  // every CTA's partial tile is in its shared memory
   const int rows = M - m0 < BM ? M - m0 : BM;

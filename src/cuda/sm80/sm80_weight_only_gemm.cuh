@@ -436,12 +436,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                                        [&](int mt, int nt, int e) {
                                          return __float_as_uint(acc[mt][nt][e]);
                                        });
-        if (p.splits <= kMaxPortableClusterSplitK)
-          split_k_cluster_sum<float, BM, BN, Cfg::kThreads>(tile, p.splits, p.m, p.n, m0, n0,
-                                                            finish_split);
-        else
-          split_k_cluster_sum<float, BM, BN, Cfg::kThreads, kMaxClusterSplitK>(
-              tile, p.splits, p.m, p.n, m0, n0, finish_split);
+        split_k_cluster_sum<float, BM, BN, Cfg::kThreads, kMaxClusterSplitK>(
+            tile, p.splits, p.m, p.n, m0, n0, finish_split);
         return;
       }
     }
