@@ -298,7 +298,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Their weight copies go without the L2 evict-first hint: with it, ptxas 13.0 compiles the
   // unrolled copies into LDGSTS that read uniform registers nothing writes, an illegal
   // instruction on the GPU (docs/kernels.md, sm80_weight_only_gemm; scripts/sass_check.py).
-  constexpr bool kFixedCopyTrips = BM <= 32;
+  // Except the per-channel tiles with the fused quantization: unrolled, they measured no faster
+  // at M = 1 and up to 6.5% slower (28672x4096 25.5 -> 27.2 us; H100, 2026-11-28,
+  // bench/results/h100_w4a8_thread_chunks_ab.json), so they keep the loop and the hint.
+  constexpr bool kFixedCopyTrips =
+      BM <= 32 && !(Cfg::kFusedQuant && EPI == W4A8Epilogue::per_channel);
   auto copy_weights = [&](void* dst, const void* src, bool valid) {
     if constexpr (kFixedCopyTrips) cp_async_16(dst, src, valid);
     else ptx::cp_async_16_stream(dst, src, valid, weight_policy);
