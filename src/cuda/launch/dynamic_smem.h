@@ -11,6 +11,18 @@
 
 namespace nibble::cuda {
 
+namespace launch_attributes {
+/// Devices past this count set a kernel attribute on every call instead of once.
+constexpr int kDevices = 64;
+/// The current device's entry of a per-device table of what was set; nullptr past kDevices.
+template <class Entry>
+Entry* current_device_entry(std::array<Entry, kDevices>& table) {
+  int device = 0;
+  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
+  return device < kDevices ? &table[size_t(device)] : nullptr;
+}
+}  // namespace launch_attributes
+
 /// Raises `Kernel`'s dynamic shared-memory limit on the current device to at least `bytes`. The
 /// first launch on a device always sets it (the default limit is 48 KiB less the kernel's
 /// static shared memory); later ones only when they need more than any before them, so a kernel
@@ -18,13 +30,10 @@ namespace nibble::cuda {
 /// device by its planner) needs. Kept per device, as the attribute is.
 template <auto Kernel>
 void allow_dynamic_smem(int bytes) {
-  constexpr int kDevices = 64;  // devices past this count set the attribute on every launch
   // 1 + the limit set on each device; 0 while none is (zero-initialized atomics).
-  static std::array<std::atomic<int>, kDevices> configured{};
+  static std::array<std::atomic<int>, launch_attributes::kDevices> configured{};
   static std::mutex raising;
-  int device = 0;
-  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
-  std::atomic<int>* set = device < kDevices ? &configured[size_t(device)] : nullptr;
+  std::atomic<int>* set = launch_attributes::current_device_entry(configured);
   if (set != nullptr && bytes < set->load(std::memory_order_acquire)) return;
   const std::lock_guard<std::mutex> lock(raising);
   if (set != nullptr && bytes < set->load(std::memory_order_relaxed)) return;
@@ -37,11 +46,8 @@ void allow_dynamic_smem(int bytes) {
 /// occupancy calculator about them; kept per device, as the attribute is.
 template <auto Kernel>
 void allow_nonportable_clusters() {
-  constexpr int kDevices = 64;  // devices past this count set the attribute on every call
-  static std::array<std::atomic<bool>, kDevices> configured{};
-  int device = 0;
-  NIBBLE_CUDA_CHECK(cudaGetDevice(&device));
-  std::atomic<bool>* set = device < kDevices ? &configured[size_t(device)] : nullptr;
+  static std::array<std::atomic<bool>, launch_attributes::kDevices> configured{};
+  std::atomic<bool>* set = launch_attributes::current_device_entry(configured);
   if (set != nullptr && set->load(std::memory_order_acquire)) return;
   NIBBLE_CUDA_CHECK(
       cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
