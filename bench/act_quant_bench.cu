@@ -7,7 +7,7 @@
 // says how much each cell touched), so x streams from HBM; the graph is replayed `reps` times
 // and the median per-call time is reported. GB/s counts bytes read (x, and the RMSNorm weight
 // and smooth vectors once per call) plus bytes written (q, scales, normed). Two references in
-// the same run: the copy ceiling (a 1 GiB cudaMemcpy, read + write) and a cudaMemcpy moving the
+// the same run: the copy ceiling (1 GiB, read + write; the faster of a cudaMemcpy and a copy kernel) and a cudaMemcpy moving the
 // same number of bytes as the cell, rotated the same way (what a copy achieves at that size).
 // --sweep also times the planner's alternatives (chunks per thread × block size, and with a
 // smooth divisor, v recomputed instead of kept on chip).
@@ -102,10 +102,12 @@ int run_act_quant_bench(const ActQuantBenchOptions& opt) {
   const DeviceInfo dev = cuda_device_info(0);
   cudaStream_t stream;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const double copy_gbps = copy_ceiling_gbps(stream);
-  std::printf("# %s, %d SMs, L2 %lld MiB; copy ceiling %.0f GB/s (read+write); x %s\n",
+  const CopyCeiling copy = copy_ceiling(stream);
+  const double copy_gbps = copy.gbps();
+  std::printf("# %s, %d SMs, L2 %lld MiB; copy ceiling %.0f GB/s (read+write; memcpy node %.0f, "
+              "copy kernel %.0f); x %s\n",
               dev.name.c_str(), dev.sm_count, static_cast<long long>(dev.l2_bytes >> 20),
-              copy_gbps, to_string(xd));
+              copy_gbps, copy.memcpy_gbps, copy.kernel_gbps, to_string(xd));
 
   const size_t xb = size_t(dtype_bits(xd) / 8);
   std::vector<Record> records;
@@ -237,7 +239,7 @@ int run_act_quant_bench(const ActQuantBenchOptions& opt) {
       << today() << "\",\n \"commit\": \"" << opt.commit << "\",\n \"cuda_runtime\": \""
       << build_info().cuda_runtime << "\",\n \"sm_count\": " << dev.sm_count
       << ",\n \"l2_bytes\": " << dev.l2_bytes << ",\n \"sm_clock_khz\": " << dev.clock_khz
-      << ",\n \"copy_GBps\": " << copy_gbps << ",\n \"x_dtype\": \"" << to_string(xd)
+      << ",\n " << copy.json_fields() << ",\n \"x_dtype\": \"" << to_string(xd)
       << "\",\n \"method\": \"CUDA-graph replay of max(" << opt.iters
       << ", copies) calls over buffer copies exceeding 3x L2 where 1024 copies allow, median of "
       << opt.reps << " replays; GB/s = (bytes read + bytes written) / time\",\n \"records\": [\n";

@@ -43,8 +43,17 @@ void fill_f32(void* dst, size_t count, float lo, float hi, uint64_t seed);
 /// `reps` times (three warm-up calls outside the capture first).
 double time_graph(cudaStream_t stream, int iters, int reps, const std::function<void(int)>& op);
 
-/// The device-to-device copy ceiling in GB/s (bytes read + written) of a 1 GiB cudaMemcpy.
-double copy_ceiling_gbps(cudaStream_t stream);
+/// The device-to-device copy ceiling in GB/s (bytes read + written) of 1 GiB, two ways in the
+/// same CUDA-graph timing: a cudaMemcpyAsync (captured, it becomes a memcpy node, which the
+/// H200 ran at 2765 GB/s, 2026-11-28) and a copy kernel (4246 GB/s there, as torch's eager
+/// copy). The ceiling is the faster: a stream that only reads can beat the memcpy node's rate.
+struct CopyCeiling {
+  double memcpy_gbps = 0, kernel_gbps = 0;
+  double gbps() const { return memcpy_gbps > kernel_gbps ? memcpy_gbps : kernel_gbps; }
+  /// `"copy_GBps": ..., "copy_memcpy_GBps": ..., "copy_kernel_GBps": ...` for a JSON header.
+  std::string json_fields() const;
+};
+CopyCeiling copy_ceiling(cudaStream_t stream);
 
 /// How many copies of a `bytes` working set make at least 3× L2 (at least 2, at most `cap`).
 int copies_for(size_t bytes, int64_t l2_bytes, int cap = 64);

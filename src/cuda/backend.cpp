@@ -202,8 +202,9 @@ bool fused_act_quant_enabled() {  // read on every call: tests and benches switc
 // sm80_w4a8_gemm's plan for a packed W4A8 problem at M.
 W4A8Plan sm80_plan(int device, int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                    const WeightFormat& w) {
-  return plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(w), w.group_size,
-                        cuda_device_info(device).sm_count);
+  const DeviceInfo info = cuda_device_info(device);
+  return plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(w), w.group_size, info.sm_count,
+                        info.cc_major >= 9);
 }
 
 // Whether linear(x, packed) quantizes x inside sm80_w4a8_gemm for this packed W4A8 problem.

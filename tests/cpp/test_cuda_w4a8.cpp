@@ -6,6 +6,8 @@
 
 #if NIBBLE_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "cuda/launch/sm80_w4a8_gemm.h"
 #endif
 
 #include <cstdlib>
@@ -311,6 +313,38 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
     EXPECT_TRUE(same_bytes(gpu_s32(a, pack_s4_matrix(w.view(), Device::cuda()), m, n), ref32));
   }
 }
+
+#if NIBBLE_WITH_CUDA
+// The split-K choice of sm80_w4a8_gemm's 16-row tile on a 132-SM GPU: host logic, no GPU needed.
+// It aims at two CTAs per SM; splits reduced in a cluster keep at least 2 K blocks, splits
+// through the workspace at least 4.
+TEST(Sm80W4A8Plan, ClusterSplitsKeepTwoKBlocks) {
+  unsetenv("NIBBLE_SM80_SPLITS");
+  using cuda::sm80::W4A8Epilogue;
+  // 2048x2048: 16 tiles of 16 K blocks want 17 splits; a cluster takes 8 of 2 blocks.
+  cuda::W4A8Plan plan =
+      cuda::plan_sm80_w4a8(16, 2048, 2048, 2048, W4A8Epilogue::per_channel, 0, 132, true);
+  EXPECT_EQ(plan.splits, 8);
+  EXPECT_EQ(plan.kblocks_per_split, 2);
+  EXPECT_TRUE(plan.cluster_split);
+  // Without clusters (sm_80..sm_89) the workspace split keeps 4 blocks: 4 splits.
+  plan = cuda::plan_sm80_w4a8(16, 2048, 2048, 2048, W4A8Epilogue::per_channel, 0, 132, false);
+  EXPECT_EQ(plan.splits, 4);
+  EXPECT_EQ(plan.kblocks_per_split, 4);
+  EXPECT_FALSE(plan.cluster_split);
+  // 6144x4096: 48 tiles want 6 splits (264 CTAs); the K blocks do not limit them.
+  plan = cuda::plan_sm80_w4a8(1, 6144, 4096, 4096, W4A8Epilogue::per_channel, 0, 132, true);
+  EXPECT_EQ(plan.splits, 6);
+  EXPECT_TRUE(plan.cluster_split);
+  // A 256-group keeps its two blocks in one split: 2048x2048 in 8 splits of 2.
+  plan = cuda::plan_sm80_w4a8(1, 2048, 2048, 2048, W4A8Epilogue::group, 256, 132, true);
+  EXPECT_EQ(plan.kblocks_per_split % 2, 0);
+  // int8 weights (W8A8) reduce through the workspace: 4 blocks a split.
+  plan = cuda::plan_sm80_w4a8(1, 2048, 2048, 2048, W4A8Epilogue::per_channel, 0, 132, true, 8);
+  EXPECT_EQ(plan.splits, 4);
+  EXPECT_FALSE(plan.cluster_split);
+}
+#endif
 
 TEST(CudaW4A8, RejectsMisalignedActivationsBeforeLaunch) {
   NIBBLE_REQUIRE_GPU();

@@ -330,6 +330,17 @@ TEST(Sm80WeightOnlyPlan, SplitsRunInOneWave) {
   EXPECT_EQ(plan.splits, 12);
   EXPECT_TRUE(plan.cluster_split);
   EXPECT_EQ(plan.resident_ctas, 384);
+  // 32 tiles of 32 K blocks want 13 splits: 11 of 3 blocks (the last 2); no cluster of 11 is
+  // known here, so they go through the workspace, 352 CTAs on 396 slots.
+  plan = cuda::plan_sm80_weight_only(1, 4096, 4096, occ);
+  EXPECT_EQ(plan.splits, 11);
+  EXPECT_EQ(plan.kblocks_per_split, 3);
+  EXPECT_EQ(plan.resident_ctas, 352);
+  // 2048x2048: 16 tiles of 16 K blocks, 8 splits of 2 (at least 2 blocks a split), a cluster.
+  plan = cuda::plan_sm80_weight_only(16, 2048, 2048, occ);
+  EXPECT_EQ(plan.splits, 8);
+  EXPECT_EQ(plan.kblocks_per_split, 2);
+  EXPECT_TRUE(plan.cluster_split);
   // Unknown occupancy (0 CTAs per SM): no cap.
   cuda::WeightOnlyOccupancy unknown;
   unknown.sm_count = 132;

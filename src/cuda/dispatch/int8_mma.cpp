@@ -66,7 +66,8 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
   const std::string sms = " on " + std::to_string(info.sm_count) + " SMs";
   if (a4) {
     const int64_t k_pad = (k / 2 + 127) / 128 * 128;  // bytes
-    return describe(plan_sm80_w4a8(m, n, k, k_pad, epilogue, group, info.sm_count, 4, true)) +
+    return describe(plan_sm80_w4a8(m, n, k, k_pad, epilogue, group, info.sm_count,
+                                   info.cc_major >= 9, 4, true)) +
            sms +
            (info.cc_major >= 9 ? " (no int4 tensor cores here: two int8 MMAs per int4 step)"
                                : " (native int4 MMA)");
@@ -82,7 +83,7 @@ std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
                              : ", or M >= " + std::to_string(kSm90MinTokensSmallW4) +
                                    " for layers of at most 2^25 weights)");
   return describe(plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue, group, info.sm_count,
-                                 weight_bits)) +
+                                 info.cc_major >= 9, weight_bits)) +
          sms;
 }
 

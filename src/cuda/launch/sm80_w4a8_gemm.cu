@@ -92,11 +92,14 @@ bool cluster_candidate(const W4A8Plan& plan) {
   return thin(static_cast<Tile>(plan.tile)) && plan.weight_bits == 4 && !plan.a4;
 }
 
+// Fewest K blocks a split reduced in a cluster keeps (4 through the workspace; see the planner).
+constexpr int kMinKBlocksPerClusterSplit = 2;
+
 }  // namespace
 
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
-                        W4A8Epilogue epilogue, int group, int sm_count, int weight_bits,
-                        bool a4) {
+                        W4A8Epilogue epilogue, int group, int sm_count, bool clusters,
+                        int weight_bits, bool a4) {
   W4A8Plan plan;
   plan.weight_bits = weight_bits;
   plan.a4 = a4;
@@ -117,14 +120,19 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   const int kblocks = static_cast<int>(k_pad / 128);
   // Split K only when the output tiles alone cannot occupy the GPU: aim for about two CTAs per
   // SM, keep at least 4 K blocks (512 of K) per split, and align splits to a 256-group's two
-  // blocks so every group is rescaled by exactly one CTA.
+  // blocks so every group is rescaled by exactly one CTA. Splits reduced in a cluster keep at
+  // least 2 K blocks: on the H200 (2026-11-28, bench/results/h200_w4a8_cluster16_split_sweep_d04e6ea.txt)
+  // 2048x2048 ran 8 splits of 2 blocks in 4.40 us at M = 16 against 5.01 in 4 of 4 (W4A8 per
+  // channel; 3.75 against 3.86 at M = 1); a workspace split pays a partial tile's round trip.
   const int tiles = plan.tiles_m * plan.tiles_n;
   const int align = group == 256 ? 2 : 1;
+  const bool cluster = clusters && cluster_candidate(plan);
   const int most = cluster_candidate(plan) ? kMaxPortableClusterSplitK : kMaxSplitK;
+  const int min_kblocks = cluster ? kMinKBlocksPerClusterSplit : 4;
   int splits = 1;
   if (tiles < sm_count) {
     const int want = (2 * sm_count + tiles - 1) / tiles;
-    splits = std::clamp(std::min(want, kblocks / 4), 1, most);
+    splits = std::clamp(std::min(want, kblocks / min_kblocks), 1, most);
   }
   // NIBBLE_SM80_SPLITS=1..16 forces the split count (at most a cluster's 8 where the splits are
   // one).
@@ -134,6 +142,7 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
   per_split = (per_split + align - 1) / align * align;
   plan.splits = (kblocks + per_split - 1) / per_split;
   plan.kblocks_per_split = per_split;
+  plan.cluster_split = cluster && plan.splits > 1;
   return plan;
 }
 
@@ -156,7 +165,7 @@ std::string describe(const W4A8Plan& plan) {
 void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
   const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k, l.k_pad, l.epilogue, l.group,
-                                       dev.sm_count, l.weight_bits, l.a4);
+                                       dev.sm_count, dev.cc_major >= 9, l.weight_bits, l.a4);
   W4A8GemmParams p;
   p.a = static_cast<const int8_t*>(l.a);
   p.lda = l.lda;
@@ -186,7 +195,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   p.ldx = l.ldx;
   // sm_90+: the splits of a thin tile are one thread-block cluster and reduce over distributed
   // shared memory (cuda/common/split_k.cuh) instead of through the workspace.
-  p.cluster_split = dev.cc_major >= 9 && cluster_candidate(plan) && plan.splits > 1;
+  p.cluster_split = plan.cluster_split;
   if (plan.splits > 1 && !p.cluster_split) {
     SplitKWorkspace ws = split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
                                   size_t(plan.tiles_m) * plan.tiles_n);

@@ -73,9 +73,12 @@ struct W4A8Plan {
   bool a4 = false;
   sm80::W4Decode decode = sm80::W4Decode::offset_xor;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
+  bool cluster_split = false;  ///< the splits of a tile are one thread-block cluster (sm_90+)
 };
+/// `clusters`: the GPU runs thread-block clusters (sm_90+), so the thin int4-weight tiles'
+/// splits reduce in a cluster instead of through the workspace.
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
-                        sm80::W4A8Epilogue epilogue, int group, int sm_count,
+                        sm80::W4A8Epilogue epilogue, int group, int sm_count, bool clusters,
                         int weight_bits = 4, bool a4 = false);
 std::string describe(const W4A8Plan& plan);
 

@@ -236,13 +236,18 @@ WeightOnlyPlan plan_sm80_weight_only(int64_t m, int64_t n_pad, int64_t k_pad,
     return (kblocks + per_split - 1) / per_split;
   };
   // Split K only when the output tiles alone cannot occupy the GPU: aim for the tile's planned
-  // CTAs per SM and keep at least 4 K blocks (512 of K) per split. Weights are scaled in the
-  // main loop (or per channel in the epilogue), so a split may cut a group anywhere.
+  // CTAs per SM and keep at least 2 K blocks (256 of K) per split. Weights are scaled in the
+  // main loop (or per channel in the epilogue), so a split may cut a group anywhere. 2, not 4
+  // (before 2026-11-28): on the H200 the one-wave plans of 2-3 blocks a split ran 1.13-1.35x
+  // faster on the small layers at M = 1 and 16 (W4A16 g128 3584x3584 6.33 us in 14 splits
+  // against 8.55 in 7, 3072x3072 5.88 against 7.66, 2048x2048 4.00 against 4.51; W8A16 alike
+  // where its 3 CTAs per SM hold the wave), bench/results/h200_weight_only_split_sweep_*_4076885.txt.
   const int64_t slots = int64_t{t.ctas_per_sm} * occ.sm_count;
+  constexpr int kMinKBlocksPerSplit = 2;
   int splits = 1;
   if (tiles < slots) {
     const int want = static_cast<int>((slots + tiles - 1) / tiles);
-    splits = even(std::clamp(std::min(want, kblocks / 4), 1, kMaxSplitK));
+    splits = even(std::clamp(std::min(want, kblocks / kMinKBlocksPerSplit), 1, kMaxSplitK));
   }
   // Fewer splits while the grid would not run in one wave: the last CTAs would start only when
   // the first ones end, and a few CTAs streaming alone run at a fraction of the bandwidth.
