@@ -202,11 +202,20 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // on the H100 at M = 64: 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096),
   // 4 of 14336 won (22.7 vs 33.4 µs, 4096×14336); the partial tiles' round trip is the fixed
   // cost. Split tiles that are one cluster reduce over distributed shared memory instead (no
-  // round trip, no counter) and pay from kMinKBlocksPerSm90ClusterSplit blocks on. The f32 group
+  // round trip, no counter) and pay from 4 K blocks on (below). The f32 group
   // epilogues (int8 or fp8 activations) have no 256-token tile (their second accumulator set,
   // the f32 running sums, would not fit).
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
-  const Sm90ClusterSplitK cluster{clusters.data(), kMinKBlocksPerSm90ClusterSplit};
+  // Cluster splits keep at least 4 K blocks here, not kMinKBlocksPerSm90ClusterSplit's 8 (which
+  // sm90_weight_only_gemm keeps): on the H200 (2026-11-28, bench/results/h200_sm90_short_splits.json)
+  // layers of short K at M = 48..64 ran 5-23% faster (2048x2048 W8A8 at M = 64 6.43 us in 4
+  // splits against 7.22 in 2; 2560x2560 W4A-FP8 7.34 against 9.55 in 5 against 2), the others
+  // kept their plans; 2 blocks gained nothing more. NIBBLE_SM90_SPLIT_MIN_KBLOCKS=n sets it
+  // (measurements).
+  int min_kblocks = 4;
+  if (const char* v = std::getenv("NIBBLE_SM90_SPLIT_MIN_KBLOCKS"); v != nullptr && v[0] != '\0')
+    min_kblocks = std::max(1, std::atoi(v));
+  const Sm90ClusterSplitK cluster{clusters.data(), min_kblocks};
   const Sm90TileChoice t =
       epilogue == W4A8Epilogue::group
           ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24, cluster)
