@@ -3,9 +3,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include "common/check.h"
-#include "nibble/numeric.h"
 
 namespace nibble::llm {
 
@@ -93,45 +93,7 @@ GgufValue::Scalar read_scalar(Reader& r, uint32_t type, const std::string& field
   }
 }
 
-uint64_t block_elems(GgmlType t) {
-  return t == GgmlType::q4_0 || t == GgmlType::q4_1 || t == GgmlType::q8_0 ? 32 : 1;
-}
-
-uint64_t block_bytes(GgmlType t) {
-  switch (t) {
-    case GgmlType::f32: return 4;
-    case GgmlType::f16:
-    case GgmlType::bf16: return 2;
-    case GgmlType::q4_0: return 18;  // f16 scale + 16 bytes of nibbles
-    case GgmlType::q4_1: return 20;  // f16 scale, f16 min + 16 bytes
-    case GgmlType::q8_0: return 34;  // f16 scale + 32 int8
-  }
-  return 0;
-}
-
-bool known_type(uint32_t t) {
-  return t == 0 || t == 1 || t == 2 || t == 3 || t == 8 || t == 30;
-}
-
-float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_bits_to_f32(h);
-}
-
 }  // namespace
-
-const char* to_string(GgmlType t) {
-  switch (t) {
-    case GgmlType::f32: return "F32";
-    case GgmlType::f16: return "F16";
-    case GgmlType::q4_0: return "Q4_0";
-    case GgmlType::q4_1: return "Q4_1";
-    case GgmlType::q8_0: return "Q8_0";
-    case GgmlType::bf16: return "BF16";
-  }
-  return "?";
-}
 
 uint64_t GgufTensorInfo::numel() const {
   uint64_t n = 1;
@@ -210,14 +172,15 @@ GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& what) {
       t.dims.push_back(dim);
     }
     const uint32_t type = r.read<uint32_t>("type of " + t.name);
-    if (!known_type(type))
+    const std::optional<GgmlType> known = ggml_type_from_id(type);
+    if (!known)
       fail_file(what, "tensor '" + t.name + "' has ggml type " + std::to_string(type) +
-                          ", not one of F32 F16 BF16 Q8_0 Q4_0 Q4_1", ErrorCode::unsupported);
-    t.type = static_cast<GgmlType>(type);
-    if (t.dims[0] % block_elems(t.type) != 0)
+                          ", not one of " + supported_ggml_types(), ErrorCode::unsupported);
+    t.type = *known;
+    if (t.dims[0] % ggml_block_elems(t.type) != 0)
       fail_file(what, "tensor '" + t.name + "' has a first dimension that is not a multiple of " +
-                          std::to_string(block_elems(t.type)) + " for " + to_string(t.type));
-    t.nbytes = numel / block_elems(t.type) * block_bytes(t.type);
+                          std::to_string(ggml_block_elems(t.type)) + " for " + to_string(t.type));
+    t.nbytes = numel / ggml_block_elems(t.type) * ggml_block_bytes(t.type);
     t.offset = r.read<uint64_t>("offset of " + t.name);
     if (t.offset % alignment != 0)
       fail_file(what, "tensor '" + t.name + "' is not aligned to " + std::to_string(alignment));
@@ -265,44 +228,9 @@ double GgufFile::get_float(const std::string& key) const {
 }
 
 std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
-  const uint8_t* p = bytes_.data() + data_start_ + t.offset;
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  const uint64_t blocks = t.numel() / block_elems(t.type);
-  for (uint64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = p + b * block_bytes(t.type);
-    float* o = out.data() + b * block_elems(t.type);
-    switch (t.type) {
-      case GgmlType::f32: std::memcpy(o, blk, 4); break;
-      case GgmlType::f16: o[0] = f16_at(blk); break;
-      case GgmlType::bf16: {
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        o[0] = bf16_bits_to_f32(h);
-        break;
-      }
-      case GgmlType::q8_0: {
-        const float d = f16_at(blk);
-        for (int j = 0; j < 32; ++j) o[j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
-        break;
-      }
-      case GgmlType::q4_0: {  // x = (q − 8)·d; element j in the low nibble of byte j, j+16 high
-        const float d = f16_at(blk);
-        for (int j = 0; j < 16; ++j) {
-          o[j] = d * static_cast<float>((blk[2 + j] & 0xF) - 8);
-          o[j + 16] = d * static_cast<float>((blk[2 + j] >> 4) - 8);
-        }
-        break;
-      }
-      case GgmlType::q4_1: {  // x = q·d + m
-        const float d = f16_at(blk), m = f16_at(blk + 2);
-        for (int j = 0; j < 16; ++j) {
-          o[j] = d * static_cast<float>(blk[4 + j] & 0xF) + m;
-          o[j + 16] = d * static_cast<float>(blk[4 + j] >> 4) + m;
-        }
-        break;
-      }
-    }
-  }
+  dequantize_ggml_blocks(t.type, bytes_.data() + data_start_ + t.offset,
+                         t.numel() / ggml_block_elems(t.type), out.data());
   return out;
 }
 

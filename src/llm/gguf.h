@@ -1,6 +1,6 @@
 // GGUF model files (llama.cpp's format): a bounds-checked reader of the header, the metadata
-// key/value table and the tensor table, and dequantization of F32 / F16 / BF16 / Q8_0 / Q4_0 /
-// Q4_1 tensors to f32.
+// key/value table and the tensor table, and dequantization of its tensors to f32 (the types of
+// llm/ggml_blocks.h: plain floats, Q4_0 .. Q8_0, the K-quants Q2_K .. Q6_K, IQ4_NL, IQ4_XS).
 //
 // Layout (little-endian): "GGUF", version (u32, 2 or 3), tensor count (u64), metadata count
 // (u64); the metadata pairs (string key, u32 type, value); the tensor infos (string name, u32
@@ -17,11 +17,10 @@
 #include <variant>
 #include <vector>
 
+#include "llm/ggml_blocks.h"
+
 namespace nibble::llm {
 
-/// ggml tensor types this reader understands (the numbers are the file's).
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q8_0 = 8, bf16 = 30 };
-const char* to_string(GgmlType t);
 
 /// One metadata value: a scalar, a string, or an array of scalars or strings.
 struct GgufValue {

@@ -163,8 +163,14 @@ TEST(Gguf, MalformedHeadersAndTablesAreRejected) {
   {
     Writer w;
     w.header(1, 0);
-    w.tensor("t", {32}, 12, 0);
-    cases.push_back({"unsupported type", w.bytes, "ggml type 12"});
+    w.tensor("t", {32}, 16, 0);  // IQ2_XXS: its lattice codebooks are not decoded
+    cases.push_back({"unsupported type", w.bytes, "ggml type 16, not one of F32 F16 BF16"});
+  }
+  {
+    Writer w;
+    w.header(1, 0);
+    w.tensor("t", {32}, 12, 0);  // Q4_K rows hold whole 256-element super-blocks
+    cases.push_back({"row not whole blocks", w.bytes, "not a multiple of 256 for Q4_K"});
   }
   {
     Writer w;

@@ -18,6 +18,9 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
                compare `nibble tokenize` with `sentencepiece` on a whole text file
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
+  requant      write a copy of the GGUF model whose block linears are re-encoded in other ggml
+               types (K-quants, Q5_0/Q5_1, IQ4_NL/IQ4_XS), by this file's own encoders; `check`
+               on the copy then compares nibble's decoders with gguf-py's
 """
 import argparse
 import json
@@ -343,6 +346,201 @@ def cmd_check_spm(args):
     return 0 if ok else 1
 
 
+# ---- ggml types ------------------------------------------------------------------------------
+# Encoders for the ggml block types, written from llama.cpp's block layouts (gguf-py decodes the
+# K-quants but cannot encode them). They quantize by round to nearest with min/max scales — not
+# llama.cpp's search, so the error is somewhat larger — and pack the bits; what matters for the
+# check is that nibble and gguf-py decode the same bytes, and `requant` prints each type's
+# weight error so a packing mistake (garbage weights) shows too.
+
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      dtype=np.float32)
+
+
+def _f16(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float16)
+
+
+def _div(a, b):
+    return np.divide(a, b, out=np.zeros(np.broadcast(a, b).shape, dtype=np.float32), where=b != 0)
+
+
+def _two_bit_fields(q):
+    """(nb, 256) values < 4 → (nb, 64) bytes: element e at bits 2·((e % 128) // 32) of byte
+    32·(e // 128) + e % 32."""
+    q = q.reshape(-1, 2, 4, 32).astype(np.uint8)
+    return (q[:, :, 0] | q[:, :, 1] << 2 | q[:, :, 2] << 4 | q[:, :, 3] << 6).reshape(-1, 64)
+
+
+def _asym_subblocks(x, sub, levels, scale_max):
+    """Asymmetric sub-blocks: per sub-block scale and min quantized against super-block d, dmin."""
+    nb = x.shape[0]
+    xs = x.reshape(nb, -1, sub)
+    lo = np.minimum(xs.min(-1), 0)
+    scale = (xs.max(-1) - lo) / levels
+    d = _f16(scale.max(-1) / scale_max).astype(np.float32)
+    dmin = _f16(-lo.min(-1) / scale_max).astype(np.float32)
+    sc = np.clip(np.rint(_div(scale, d[:, None])), 0, scale_max)
+    mn = np.clip(np.rint(_div(-lo, dmin[:, None])), 0, scale_max)
+    ds = (d[:, None] * sc)[..., None]
+    dm = (dmin[:, None] * mn)[..., None]
+    q = np.clip(np.rint(_div(xs + dm, ds)), 0, levels).astype(np.uint8).reshape(nb, -1)
+    return d, dmin, sc.astype(np.uint8), mn.astype(np.uint8), q
+
+
+def _sym_subblocks(x, sub, qmin, qmax, scale_bits):
+    """Symmetric sub-blocks with signed integer scales against a super-block d."""
+    nb = x.shape[0]
+    xs = x.reshape(nb, -1, sub)
+    idx = np.abs(xs).argmax(-1)
+    peak = np.take_along_axis(xs, idx[..., None], -1)[..., 0]
+    scale = peak / qmin  # the largest magnitude lands on the most negative level
+    smax = 2 ** (scale_bits - 1)
+    d = _f16(np.abs(scale).max(-1) / (smax - 1)).astype(np.float32)
+    sc = np.clip(np.rint(_div(scale, d[:, None])), -smax, smax - 1)
+    ds = (d[:, None] * sc)[..., None]
+    q = np.clip(np.rint(_div(xs, ds)), qmin, qmax).astype(np.int16).reshape(nb, -1)
+    return d, sc.astype(np.int16), q
+
+
+def _pack_k4_scales(sc, mn):
+    """Q4_K / Q5_K: 8 six-bit scales and mins → 12 bytes (see gguf-py's Q4_K.get_scale_min)."""
+    sc, mn = sc.astype(np.uint8), mn.astype(np.uint8)
+    out = np.zeros((sc.shape[0], 12), dtype=np.uint8)
+    out[:, 0:4] = sc[:, 0:4] | (sc[:, 4:8] >> 4) << 6
+    out[:, 4:8] = mn[:, 0:4] | (mn[:, 4:8] >> 4) << 6
+    out[:, 8:12] = (sc[:, 4:8] & 0xF) | (mn[:, 4:8] & 0xF) << 4
+    return out
+
+
+def _nibbles(q, group):
+    """(nb, n) values < 16 → bytes: in each run of `group` elements the first half low nibbles,
+    the second half high nibbles."""
+    q = q.reshape(q.shape[0], -1, 2, group // 2).astype(np.uint8)
+    return (q[:, :, 0] | q[:, :, 1] << 4).reshape(q.shape[0], -1)
+
+
+def _iq4_index(v):
+    return np.abs(v[..., None] - IQ4_LEVELS).argmin(-1).astype(np.uint8)
+
+
+def encode_blocks(x, name):
+    """x: (rows, K) float32 → the raw bytes of ggml type `name`, shape (rows, K / block · size)."""
+    rows = x.shape[0]
+    qt = getattr(gguf.GGMLQuantizationType, name)
+    if name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+        return gguf.quants.quantize(x, qt)
+    bs, _ = gguf.GGML_QUANT_SIZES[qt]
+    b = x.reshape(-1, bs).astype(np.float32)
+    nb = b.shape[0]
+    h = lambda a: _f16(a).view(np.uint8).reshape(nb, 2)
+    if name == "Q2_K":
+        d, dmin, sc, mn, q = _asym_subblocks(b, 16, 3, 15)
+        parts = [sc | mn << 4, _two_bit_fields(q), h(d), h(dmin)]
+    elif name == "Q3_K":
+        d, sc, q = _sym_subblocks(b, 16, -4, 3, 6)
+        s = (sc + 32).astype(np.uint8)
+        scales = np.zeros((nb, 12), dtype=np.uint8)
+        for i in range(16):
+            scales[:, i % 8] |= (s[:, i] & 0xF) << (4 * (i // 8))
+            scales[:, 8 + i % 4] |= (s[:, i] >> 4) << (2 * (i // 4))
+        high = (q >= 0).astype(np.uint8).reshape(nb, 8, 32)  # bit e // 32 of hmask[e % 32]
+        hmask = np.zeros((nb, 32), dtype=np.uint8)
+        for bit in range(8):
+            hmask |= high[:, bit] << bit
+        parts = [hmask, _two_bit_fields(np.where(q >= 0, q, q + 4)), scales, h(d)]
+    elif name in ("Q4_K", "Q5_K"):
+        five = name == "Q5_K"
+        d, dmin, sc, mn, q = _asym_subblocks(b, 32, 31 if five else 15, 63)
+        parts = [h(d), h(dmin), _pack_k4_scales(sc, mn)]
+        if five:
+            high = (q >> 4).reshape(nb, 8, 32)  # bit j of qh[l] for sub-block j
+            qh = np.zeros((nb, 32), dtype=np.uint8)
+            for j in range(8):
+                qh |= high[:, j] << j
+            parts.append(qh)
+        parts.append(_nibbles(q & 0xF, 64))
+    elif name == "Q6_K":
+        d, sc, q = _sym_subblocks(b, 16, -32, 31, 8)
+        u = (q + 32).astype(np.uint8)
+        ql = (u & 0xF).reshape(nb, 2, 2, 64)  # half, nibble, byte
+        ql = (ql[:, :, 0] | ql[:, :, 1] << 4).reshape(nb, 128)
+        parts = [ql, _two_bit_fields(u >> 4), sc.astype(np.int8).view(np.uint8), h(d)]
+    elif name == "IQ4_NL":
+        peak = np.take_along_axis(b, np.abs(b).argmax(-1)[:, None], -1)[:, 0]
+        d = _f16(peak / -127.0).astype(np.float32)
+        parts = [h(d), _nibbles(_iq4_index(_div(b, d[:, None])), 32)]
+    elif name == "IQ4_XS":
+        xs = b.reshape(nb, 8, 32)
+        peak = np.take_along_axis(xs, np.abs(xs).argmax(-1)[..., None], -1)[..., 0]
+        scale = peak / -127.0
+        d = _f16(np.abs(scale).max(-1) / 31).astype(np.float32)
+        ls = np.clip(np.rint(_div(scale, d[:, None])), -32, 31).astype(np.int16)
+        s = (ls + 32).astype(np.uint16)
+        scales_h = np.zeros(nb, dtype=np.uint16)
+        for ib in range(8):
+            scales_h |= (s[:, ib] >> 4) << (2 * ib)
+        scales_l = ((s[:, 0::2] & 0xF) | (s[:, 1::2] & 0xF) << 4).astype(np.uint8)
+        idx = _iq4_index(_div(xs, (d[:, None] * ls)[..., None])).reshape(nb, 256)
+        parts = [h(d), scales_h.view(np.uint8).reshape(nb, 2), scales_l, _nibbles(idx, 32)]
+    else:
+        raise SystemExit(f"requant: no encoder for {name}")
+    return np.concatenate(parts, axis=1).reshape(rows, -1)
+
+
+LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def cmd_requant(args):
+    reader = gguf.GGUFReader(args.model)
+    types = args.types.split(",")
+    small = [t for t in types if gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, t)][0] == 32]
+    if not small:
+        sys.exit("requant: --types needs a 32-element type for rows that are not a multiple of 256")
+    arch = reader.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(args.out, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, field.contents(), vtype, sub)
+    used, err = {}, {}
+    n_lin = 0
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))
+        x = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+        role = t.name.split(".")[-2] if t.name.startswith("blk.") else ""
+        if role not in LINEARS:
+            w.add_tensor(t.name, x)
+            continue
+        name = types[n_lin % len(types)]
+        n_lin += 1
+        if shape[-1] % gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, name)][0]:
+            name = small[n_lin % len(small)]
+        raw = encode_blocks(x, name)
+        qt = getattr(gguf.GGMLQuantizationType, name)
+        back = gguf.quants.dequantize(raw, qt).reshape(shape)
+        used[name] = used.get(name, 0) + 1
+        err.setdefault(name, []).append(np.linalg.norm(back - x) / np.linalg.norm(x))
+        w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {args.out}: " + ", ".join(f"{k}×{v}" for k, v in sorted(used.items())))
+    ok = True
+    for k in sorted(err):
+        e = float(np.mean(err[k]))
+        limit = 0.6 if k == "Q2_K" else 0.35 if k == "Q3_K" else 0.15
+        ok = ok and e < limit
+        print(f"  {k}: relative weight error (gguf-py's decoder against the f32 weights) "
+              f"{e:.4f}, limit {limit}")
+    if not ok:
+        print("FAIL: an encoder gives weights far from the model's (a packing mistake?)")
+    return 0 if ok else 1
+
+
 # ---- Hugging Face export ---------------------------------------------------------------------
 
 def write_safetensors(path, tensors):
@@ -423,6 +621,10 @@ def main():
     p.add_argument("--train", required=True, help="text to train the SentencePiece model on")
     p.add_argument("--text", required=True, help="text to tokenize with both")
     p.add_argument("--out-dir", required=True)
+    p = sub.add_parser("requant")
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--types", default="Q4_K,Q5_K,Q6_K,Q3_K,Q2_K,IQ4_XS,Q5_0,Q5_1,IQ4_NL")
     p = sub.add_parser("export-hf")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
@@ -435,6 +637,8 @@ def main():
         return cmd_check_tokens(args)
     if args.cmd == "check-spm":
         return cmd_check_spm(args)
+    if args.cmd == "requant":
+        return cmd_requant(args)
     return cmd_export_hf(args)
 
 
