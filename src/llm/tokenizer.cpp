@@ -184,6 +184,89 @@ void split_gpt2(std::string_view text, const std::vector<Cp>& cps, size_t begin,
   }
 }
 
+// The two patterns as tokenizer.json spells them (Split pre-tokenizer, "Regex").
+const char* const kLlama3Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char* const kQwen2Regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// Llama 3's pattern (Qwen2's with max_digits = 1: \p{N} instead of \p{N}{1,3}), matched by hand:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// The alternatives are tried in order at each position, as the regex engine does; the comments
+// say which one a branch is. Differences from GPT-2's: one non-letter (a space, but also
+// punctuation or a tab) may lead a word; numbers go in runs of at most three digits; punctuation
+// keeps the newlines after it; a run of spaces ending in newlines is one piece up to its last
+// newline.
+void split_llama3(std::string_view text, const std::vector<Cp>& cps, size_t begin, size_t end,
+                  size_t max_digits, std::vector<std::string_view>& out) {
+  auto cls = [&](size_t i) { return i < end ? classify(cps[i].cp) : Cls::none; };
+  auto cpt = [&](size_t i) { return i < end ? cps[i].cp : 0xFFFFFFFFu; };
+  auto lower = [&](size_t i) {
+    const uint32_t c = cpt(i);
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+  };
+  auto is_crlf = [&](size_t i) { return cpt(i) == '\r' || cpt(i) == '\n'; };
+  auto emit = [&](size_t a, size_t b) {
+    out.push_back(text.substr(cps[a].off, cps[b - 1].off + cps[b - 1].len - cps[a].off));
+  };
+  size_t pos = begin;
+  while (pos < end) {
+    const size_t start = pos;
+    const Cls c = cls(pos);
+    if (cpt(pos) == '\'') {  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+      const uint32_t a = lower(pos + 1), b = lower(pos + 2);
+      size_t len = 0;
+      if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        len = 2;
+      else if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        len = 3;
+      if (len > 0) {
+        pos += len;
+        emit(start, pos);
+        continue;
+      }
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    const bool leads = c != Cls::letter && c != Cls::number && !is_crlf(pos);
+    if (c == Cls::letter || (leads && cls(pos + 1) == Cls::letter)) {
+      pos += c == Cls::letter ? 0 : 1;
+      while (cls(pos) == Cls::letter) ++pos;
+      emit(start, pos);
+      continue;
+    }
+    if (c == Cls::number) {  // \p{N}{1,3}
+      while (cls(pos) == Cls::number && pos - start < max_digits) ++pos;
+      emit(start, pos);
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    if (c == Cls::other || (cpt(pos) == ' ' && cls(pos + 1) == Cls::other)) {
+      pos += c == Cls::other ? 0 : 1;
+      while (cls(pos) == Cls::other) ++pos;
+      while (is_crlf(pos)) ++pos;
+      emit(start, pos);
+      continue;
+    }
+    // c is white space: the run's extent and its last newline.
+    size_t run_end = pos, last_crlf = end;
+    while (cls(run_end) == Cls::space) {
+      if (is_crlf(run_end)) last_crlf = run_end;
+      ++run_end;
+    }
+    if (last_crlf != end) {  // \s*[\r\n]+
+      pos = last_crlf + 1;
+    } else if (run_end < end && run_end - pos > 1) {  // \s+(?!\S): the last space goes on
+      pos = run_end - 1;
+    } else {  // \s+
+      pos = run_end;
+    }
+    emit(start, pos);
+  }
+}
+
 // Pieces of one text fragment under a pre-split rule.
 std::vector<std::string_view> split_pieces(std::string_view text, Tokenizer::PreSplit rule) {
   std::vector<std::string_view> out;
@@ -194,6 +277,10 @@ std::vector<std::string_view> split_pieces(std::string_view text, Tokenizer::Pre
   const std::vector<Cp> cps = decode_utf8(text);
   if (rule == Tokenizer::PreSplit::gpt2) {
     split_gpt2(text, cps, 0, cps.size(), out);
+    return out;
+  }
+  if (rule == Tokenizer::PreSplit::llama3 || rule == Tokenizer::PreSplit::qwen2) {
+    split_llama3(text, cps, 0, cps.size(), rule == Tokenizer::PreSplit::llama3 ? 3 : 1, out);
     return out;
   }
   // gpt2_digits: every number character is its own piece, the GPT-2 pattern runs between them
@@ -411,11 +498,18 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
       t.pre_split_ = PreSplit::gpt2_digits;
     else if (pre == "default" || pre == "gpt2" || pre == "mpt" || pre == "olmo" || pre == "jais")
       t.pre_split_ = PreSplit::gpt2;
+    else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "smaug-bpe" ||
+             pre == "dbrx")
+      t.pre_split_ = PreSplit::llama3;
+    else if (pre == "qwen2")
+      t.pre_split_ = PreSplit::qwen2;
     else
       fail_tok("GGUF tokenizer.ggml.pre '" + pre +
-                   "' is not supported (gpt2, default, smollm, "
-                   "starcoder, mpt, olmo, ...)",
+                   "' is not supported (gpt2, default, smollm, starcoder, mpt, olmo, "
+                   "llama-bpe, qwen2, ...)",
                ErrorCode::unsupported);
+    // llama.cpp sets ignore_merges for the Llama 3 pre-tokenizer, as Llama 3's tokenizer.json.
+    t.ignore_merges_ = t.pre_split_ == PreSplit::llama3;
     for (const auto& v : *array("tokenizer.ggml.merges", true)) {
       const auto* s = std::get_if<std::string>(&v);
       const size_t sp = s == nullptr ? std::string::npos : s->find(' ', 1);
@@ -501,9 +595,15 @@ Tokenizer Tokenizer::from_hf_json(std::string_view json_text, const std::string&
   const bool byte_fallback = fallback != nullptr && fallback->is_bool() && fallback->boolean();
   if (const Json* unk = model->find("unk_token"); unk != nullptr && unk->is_string())
     t.unk_id_ = -2;  // resolved below, once the index exists
-  // The pre-tokenizer: ByteLevel (GPT-2 regex), optionally after Digits(individual_digits).
+  if (const Json* im = model->find("ignore_merges"); im != nullptr && !im->is_null()) {
+    if (!im->is_bool()) bad("model.ignore_merges is not a boolean");
+    t.ignore_merges_ = im->boolean();
+  }
+  // The pre-tokenizer: ByteLevel (GPT-2 regex), optionally after Digits(individual_digits); or
+  // Split(Llama 3's or Qwen2's regex, Isolated) then ByteLevel without its regex.
   const Json* pre = root.find("pre_tokenizer");
-  bool byte_level = false, digits = false;
+  bool byte_level = false, digits = false, byte_level_regex = true;
+  std::optional<PreSplit> split;
   std::vector<const Json*> stages;
   if (pre != nullptr && !pre->is_null()) {
     const Json* pt = pre->is_object() ? pre->find("type") : nullptr;
@@ -515,30 +615,54 @@ Tokenizer Tokenizer::from_hf_json(std::string_view json_text, const std::string&
       stages.push_back(pre);
     }
   }
-  for (const Json* s : stages) {
+  auto stage_name = [](const Json* s) -> std::string {
     const Json* st = s->is_object() ? s->find("type") : nullptr;
-    const std::string name = st != nullptr && st->is_string() ? st->string() : "?";
+    return st != nullptr && st->is_string() ? st->string() : "?";
+  };
+  for (const Json* s : stages) {
+    const std::string name = stage_name(s);
     if (name == "ByteLevel") {
       const Json* prefix = s->find("add_prefix_space");
       const Json* regex = s->find("use_regex");
       if (prefix != nullptr && prefix->is_bool() && prefix->boolean())
         bad("ByteLevel add_prefix_space = true is not supported", ErrorCode::unsupported);
-      if (regex != nullptr && regex->is_bool() && !regex->boolean())
-        bad("ByteLevel use_regex = false is not supported", ErrorCode::unsupported);
+      byte_level_regex = regex == nullptr || !regex->is_bool() || regex->boolean();
       byte_level = true;
     } else if (name == "Digits") {
       const Json* ind = s->find("individual_digits");
       if (ind == nullptr || !ind->is_bool() || !ind->boolean())
         bad("Digits without individual_digits is not supported", ErrorCode::unsupported);
       digits = true;
+    } else if (name == "Split") {
+      const Json* pattern = s->find("pattern");
+      const Json* regex = pattern != nullptr && pattern->is_object() ? pattern->find("Regex") : nullptr;
+      const Json* behavior = s->find("behavior");
+      const Json* invert = s->find("invert");
+      const std::string re = regex != nullptr && regex->is_string() ? regex->string() : "";
+      if (re == kLlama3Regex)
+        split = PreSplit::llama3;
+      else if (re == kQwen2Regex)
+        split = PreSplit::qwen2;
+      else
+        bad("the Split pre-tokenizer's pattern is not Llama 3's or Qwen2's regex",
+            ErrorCode::unsupported);
+      if (behavior == nullptr || !behavior->is_string() || behavior->string() != "Isolated" ||
+          (invert != nullptr && (!invert->is_bool() || invert->boolean())))
+        bad("a Split pre-tokenizer must be behavior Isolated, invert false", ErrorCode::unsupported);
     } else {
-      bad("pre-tokenizer '" + name + "' is not supported (ByteLevel, Digits, Sequence)",
+      bad("pre-tokenizer '" + name + "' is not supported (ByteLevel, Digits, Split, Sequence)",
           ErrorCode::unsupported);
     }
   }
+  if (split && (byte_level_regex || stages.size() != 2 || stage_name(stages[0]) != "Split" ||
+                stage_name(stages[1]) != "ByteLevel"))
+    bad("a Split pre-tokenizer is supported as Sequence[Split, ByteLevel(use_regex = false)]",
+        ErrorCode::unsupported);
+  if (byte_level && !byte_level_regex && !split)
+    bad("ByteLevel use_regex = false is supported only after a Split", ErrorCode::unsupported);
   if (byte_level) {
     t.model_ = Model::byte_bpe;
-    t.pre_split_ = digits ? PreSplit::gpt2_digits : PreSplit::gpt2;
+    t.pre_split_ = split ? *split : digits ? PreSplit::gpt2_digits : PreSplit::gpt2;
   } else {
     if (digits) bad("Digits without ByteLevel is not supported", ErrorCode::unsupported);
     // Llama-2 style: normalizer Prepend("▁") + Replace(" ", "▁"), byte fallback.
@@ -638,6 +762,14 @@ void Tokenizer::byte_fallback(unsigned char byte, std::vector<int32_t>& out) con
 // Byte-level or character-level BPE of one piece: merges applied lowest rank first (leftmost
 // on ties), with a priority queue and lazy invalidation like llama.cpp and tokenizers.
 void Tokenizer::bpe_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (ignore_merges_ && model_ == Model::byte_bpe) {
+    std::string mapped;
+    for (char c : piece) append_utf8(mapped, byte_to_cp()[static_cast<unsigned char>(c)]);
+    if (const int32_t id = find(mapped); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
   std::vector<Symbol> sym;
   if (model_ == Model::byte_bpe) {
     for (size_t i = 0; i < piece.size(); ++i) {
@@ -693,6 +825,10 @@ void Tokenizer::spm_fragment(std::string_view text, std::vector<int32_t>& out) c
     else
       for (const char c : piece) byte_fallback(static_cast<unsigned char>(c), out);
   }
+}
+
+std::vector<std::string_view> Tokenizer::pre_split(std::string_view text) const {
+  return split_pieces(text, model_ == Model::byte_bpe ? pre_split_ : PreSplit::none);
 }
 
 void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
@@ -817,10 +953,17 @@ std::string Tokenizer::to_hf_json() const {
     const std::string bl =
         "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":"
         "true}";
-    s += pre_split_ == PreSplit::gpt2_digits ? "{\"type\":\"Sequence\",\"pretokenizers\":[{"
-                                               "\"type\":\"Digits\",\"individual_digits\":true}," +
-                                                   bl + "]}"
-                                             : bl;
+    if (pre_split_ == PreSplit::gpt2_digits) {
+      s += "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":"
+           "true}," + bl + "]}";
+    } else if (pre_split_ == PreSplit::llama3 || pre_split_ == PreSplit::qwen2) {
+      s += "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":" +
+           json_quote(pre_split_ == PreSplit::llama3 ? kLlama3Regex : kQwen2Regex) +
+           "},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_"
+           "space\":false,\"trim_offsets\":true,\"use_regex\":false}]}";
+    } else {
+      s += bl;
+    }
     s += ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
          "\"use_regex\":true},";
   } else {
@@ -850,6 +993,7 @@ std::string Tokenizer::to_hf_json() const {
   s += ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,\"byte_"
        "fallback\":";
   s += byte_level ? "false" : "true";
+  s += std::string(",\"ignore_merges\":") + (ignore_merges_ ? "true" : "false");
   s += ",\"vocab\":{";
   first = true;
   std::unordered_map<std::string, int> seen;  // a duplicate text keeps its first id
@@ -873,9 +1017,12 @@ std::string Tokenizer::describe() const {
                                               : "SentencePiece (scores)";
   const char* p = pre_split_ == PreSplit::gpt2          ? "gpt2 regex"
                   : pre_split_ == PreSplit::gpt2_digits ? "digits + gpt2 regex"
+                  : pre_split_ == PreSplit::llama3      ? "llama3 regex"
+                  : pre_split_ == PreSplit::qwen2       ? "qwen2 regex"
                                                         : "none";
   std::string s = std::string(m) + ", " + std::to_string(vocab_size()) + " tokens, " +
                   std::to_string(merges_.size()) + " merges, pre-split: " + p;
+  if (ignore_merges_) s += " (whole-word tokens before merges)";
   s += ", bos " + std::to_string(bos_id_) + (add_bos() ? " (added)" : " (not added)");
   s += ", eos " + std::to_string(eos_id_);
   return s;

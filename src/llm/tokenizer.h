@@ -34,8 +34,9 @@ class Json;
 class Tokenizer {
  public:
   enum class Model : uint8_t { byte_bpe, char_bpe, sentencepiece };
-  /// How raw text is cut into pieces before BPE (byte-level models).
-  enum class PreSplit : uint8_t { gpt2, gpt2_digits, none };
+  /// How raw text is cut into pieces before BPE (byte-level models): GPT-2's regex (optionally
+  /// after cutting out every digit), Llama 3's regex, Qwen2's (Llama 3's with single digits).
+  enum class PreSplit : uint8_t { gpt2, gpt2_digits, llama3, qwen2, none };
 
   static Tokenizer from_gguf(const GgufFile& g);
   /// From the text of a Hugging Face tokenizer.json (`what` names it in errors).
@@ -43,6 +44,10 @@ class Tokenizer {
 
   /// Token ids of `text`; a BOS token first when add_bos() and `allow_bos`.
   std::vector<int32_t> encode(std::string_view text, bool allow_bos = true) const;
+  /// The pieces the pre-tokenizer cuts `text` into (substrings of it; special tokens are not
+  /// looked for): what BPE then runs on, one piece at a time. The whole text for models without
+  /// a pre-split.
+  std::vector<std::string_view> pre_split(std::string_view text) const;
   /// The bytes the ids stand for (special tokens as their text unless `skip_special`).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
@@ -75,6 +80,10 @@ class Tokenizer {
 
   Model model_ = Model::byte_bpe;
   PreSplit pre_split_ = PreSplit::gpt2;
+  // A piece that is a whole vocabulary entry becomes that token without merging (tokenizers'
+  // BPE `ignore_merges`, set by Llama 3's tokenizer: its vocabulary holds words that its merges
+  // do not build).
+  bool ignore_merges_ = false;
   std::vector<std::string> tokens_;
   std::vector<float> scores_;     // sentencepiece
   std::vector<uint8_t> special_;  // per id: matched in text and skippable in decode

@@ -133,6 +133,64 @@ TEST(LlmTokenizer, ByteLevelBpeFromTokenizerJson) {
   EXPECT_EQ(d.encode("12"), (Ids{'1', '2'}));
 }
 
+// Llama 3's pre-tokenizer as its tokenizer.json spells it: Split(regex) then ByteLevel without
+// its own regex. (The regex itself is checked against tokenizers' by tests/llm/reference.py
+// check-pre-split on thousands of strings; these are the parsing, a few cuts and the export.)
+std::string llama3_split_pre(const std::string& regex, const std::string& behavior = "Isolated",
+                             bool byte_level_regex = false) {
+  return "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"" +
+         regex + "\"},\"behavior\":\"" + behavior +
+         "\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+         "\"trim_offsets\":true,\"use_regex\":" +
+         (byte_level_regex ? "true" : "false") + "}]}";
+}
+const char* const kLlama3RegexJson =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+";
+
+TEST(LlmTokenizer, Llama3SplitPreTokenizerFromTokenizerJson) {
+  const Tokenizer t =
+      Tokenizer::from_hf_json(byte_level_json(true, llama3_split_pre(kLlama3RegexJson)), "llama3");
+  EXPECT_EQ(t.pre_split(), Tokenizer::PreSplit::llama3);
+  using Pieces = std::vector<std::string_view>;
+  // Three digits a piece; a punctuation mark leads a word; contractions in any case; spaces
+  // before a newline end with it; the last space of a run goes with the next word.
+  EXPECT_EQ(t.pre_split("12345 (hello) I'LL  go\n\n  x"),
+            (Pieces{"123", "45", " (", "hello", ")", " I", "'LL", " ", " go", "\n\n", " ", " x"}));
+  EXPECT_EQ(t.pre_split("(hi"), (Pieces{"(hi"}));
+  EXPECT_EQ(t.pre_split("x!?\n\ny"), (Pieces{"x", "!?\n\n", "y"}));
+  EXPECT_EQ(t.encode("12"), (Ids{259}));  // "12" is one piece and merges
+  // The export keeps the rule: tokenizer.json → to_hf_json → the same pieces and ids.
+  const Tokenizer back = Tokenizer::from_hf_json(t.to_hf_json(), "round trip");
+  EXPECT_EQ(back.pre_split(), Tokenizer::PreSplit::llama3);
+  EXPECT_EQ(back.encode(" the 12345!\n"), t.encode(" the 12345!\n"));
+  // Other Split shapes are refused by name, not run with another rule.
+  for (const auto& [pre, expect] : std::vector<std::pair<std::string, const char*>>{
+           {llama3_split_pre("\\\\s+"), "not Llama 3's or Qwen2's regex"},
+           {llama3_split_pre(kLlama3RegexJson, "Removed"), "behavior Isolated"},
+           {llama3_split_pre(kLlama3RegexJson, "Isolated", true), "ByteLevel(use_regex = false)"},
+       }) {
+    try {
+      Tokenizer::from_hf_json(byte_level_json(true, pre), "case");
+      ADD_FAILURE() << "accepted: " << pre;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(LlmTokenizer, IgnoreMergesTakesWholeVocabularyWords) {
+  // "Ġthe" is in the vocabulary; with merges removed it is reachable only as a whole word.
+  std::string json = byte_level_json(true, llama3_split_pre(kLlama3RegexJson));
+  const std::string merges = "\"merges\":[[\"\xC4\xA0\",\"t\"],[\"h\",\"e\"],[\"\xC4\xA0t\",\"he\"],[\"1\",\"2\"]]";
+  const size_t at = json.find(merges);
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, merges.size(), "\"merges\":[],\"ignore_merges\":true");
+  const Tokenizer t = Tokenizer::from_hf_json(json, "ignore_merges");
+  EXPECT_EQ(t.encode(" the"), (Ids{258}));
+  EXPECT_EQ(t.encode(" then"), (Ids{32, 't', 'h', 'e', 'n'}));  // no whole word: bytes
+}
+
 TEST(LlmTokenizer, UnsupportedOrMalformedTokenizerJsonIsRejected) {
   const std::string byte_level = "{\"type\":\"ByteLevel\"}";
   const std::string good = byte_level_json(false, byte_level);

@@ -18,6 +18,9 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
                compare `nibble tokenize` with `sentencepiece` on a whole text file
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
+  check-pre-split  nibble's Llama 3 / Qwen2 pre-tokenizer (tokenizer.ggml.pre llama-bpe, qwen2;
+               tokenizer.json Split + ByteLevel) against `tokenizers` with the same regex, on a
+               text file, the fixed strings and thousands of random adversarial strings
   requant      write a copy of the GGUF model whose block linears are re-encoded in other ggml
                types (K-quants, Q5_0/Q5_1, IQ4_NL/IQ4_XS), by this file's own encoders; `check`
                on the copy then compares nibble's decoders with gguf-py's
@@ -346,6 +349,144 @@ def cmd_check_spm(args):
     return 0 if ok else 1
 
 
+# ---- Llama 3 / Qwen2 pre-tokenizers -----------------------------------------------------------
+
+PRE_SPLIT_REGEX = {
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+# Pieces the random strings are made of: every class the regexes distinguish, and their edges.
+RANDOM_PIECES = (
+    list("abcXYZ") + ["hello", "World", "Paris"] + list("0123456789") + ["12345", "2024"]
+    + [" ", " ", "  ", "\t", "\n", "\r", "\r\n", "\n\n", " \n", "\u00a0", "\u2009", "\u3000",
+       "\u0085", "\u2028", "\x0b", "\x0c"]
+    + list(".,!?;:-()\"[]{}<>/\\@#$%^&*_=+`~|") + ["...", "--", "\u2014", "\u201c", "\u2026"]
+    + ["'", "'s", "'S", "'t", "'T", "'re", "'RE", "'rE", "'ve", "'Ve", "'m", "'M", "'ll", "'LL",
+       "'lL", "'d", "'D", "'x", "''"]
+    + ["é", "Å", "ß", "ø", "ç", "ñ", "e\u0301", "日本語", "中", "한국어", "Ωμέγα", "Привет"]
+    + ["\u0661\u0662\u0663", "\u00bd", "\u00b2", "\u2167", "\U0001d7d8"]
+    + ["\U0001f642", "\U0001f44d\U0001f3fd", "\u00a9", "\u2211", "\u200b", "\ufeff"]
+)
+
+
+def random_strings(n, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        k = int(rng.integers(1, 24))
+        out.append("".join(RANDOM_PIECES[int(i)] for i in rng.integers(0, len(RANDOM_PIECES), k)))
+    return out
+
+
+def cmd_check_pre_split(args):
+    """nibble's Llama 3 / Qwen2 pre-tokenizer against `tokenizers` (Rust, Oniguruma regex): the
+    model's byte-level vocabulary and merges with tokenizer.ggml.pre set to the pre-type, plus
+    two words its merges cannot build (so Llama 3's ignore_merges shows), written as a GGUF
+    vocabulary and as a tokenizer.json; both tokenize the text, the fixed strings and random
+    strings, one by one."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    reader = gguf.GGUFReader(args.model)
+    f = reader.fields
+    tokens = gguf_strings(reader, "tokenizer.ggml.tokens")
+    merges = gguf_strings(reader, "tokenizer.ggml.merges")
+    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+    extra = ["\u0120zqxjkv", "Qwertyzz"]  # " zqxjkv" byte-level, "Qwertyzz": no merges build them
+    tokens, types = tokens + extra, types + [1] * len(extra)
+    ignore_merges = args.pre == "llama-bpe"
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)},
+                               [tuple(m.split(" ", 1)) for m in merges], ignore_merges=ignore_merges))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRE_SPLIT_REGEX[args.pre]), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, ty in zip(tokens, types) if ty in (3, 4)])
+    os.makedirs(args.out_dir, exist_ok=True)
+    n = len(tokens)
+    path = os.path.join(args.out_dir, f"pre-{args.pre}.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(args.pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(int(f["tokenizer.ggml.bos_token_id"].contents()))
+    w.add_eos_token_id(int(f["tokenizer.ggml.eos_token_id"].contents()))
+    w.add_add_bos_token(False)
+    w.add_tensor("token_embd.weight", np.zeros((n, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    hf_dir = os.path.join(args.out_dir, f"pre-{args.pre}-hf")
+    os.makedirs(hf_dir, exist_ok=True)
+    tok.save(os.path.join(hf_dir, "tokenizer.json"))
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": n,
+              "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "num_key_value_heads": 2, "intermediate_size": 8, "max_position_embeddings": 64,
+              "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
+              "hidden_act": "silu", "rope_scaling": None}
+    with open(os.path.join(hf_dir, "config.json"), "w") as fh:
+        json.dump(config, fh)
+    write_safetensors(os.path.join(hf_dir, "model.safetensors"),
+                      {"model.embed_tokens.weight": np.zeros((n, 8), dtype=np.float32)})
+    with open(args.text, encoding="utf-8") as fh:
+        text = fh.read()
+    strings = ([text] + TOKEN_TEST_STRINGS + ["a zqxjkv b", "Qwertyzz zqxjkv", " zqxjkvzqxjkv"]
+               + random_strings(args.random, args.seed))
+    want = [tok.encode(s, add_special_tokens=False).ids for s in strings]
+    jsonl = os.path.join(args.out_dir, f"pre-{args.pre}-strings.jsonl")
+    with open(jsonl, "w", encoding="utf-8") as fh:
+        for s in strings:
+            fh.write(json.dumps(s) + "\n")
+    ok = True
+    # The pieces themselves: the ids alone can hide a wrong cut where no merge crosses it.
+    split = pre_tokenizers.Split(Regex(PRE_SPLIT_REGEX[args.pre]), behavior="isolated", invert=False)
+    want_pieces = [[p for p, _ in split.pre_tokenize_str(s)] for s in strings]
+    for model in (path, hf_dir):
+        res = subprocess.run([args.nibble, "tokenize", model, "--jsonl", jsonl, "--pieces"],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"FAIL: nibble tokenize --pieces exited {res.returncode}: {res.stderr}")
+        got = [json.loads(line) for line in res.stdout.split("\n")[:len(strings)]]
+        bad = [i for i in range(len(strings)) if i >= len(got) or got[i] != want_pieces[i]]
+        print(f"{model}: pre-tokenizer pieces of {len(strings)} strings "
+              f"({sum(map(len, want_pieces))} pieces): "
+              + ("all identical to tokenizers' Split" if not bad else f"{len(bad)} DIFFER"))
+        for i in bad[:5]:
+            print(f"  {strings[i][:80]!r}: nibble {got[i][:12] if i < len(got) else None}, "
+                  f"tokenizers {want_pieces[i][:12]}")
+        ok = ok and not bad
+    for model in (path, hf_dir):
+        res = subprocess.run([args.nibble, "tokenize", model, "--jsonl", jsonl, "--no-bos"],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"FAIL: nibble tokenize exited {res.returncode}: {res.stderr}")
+        got = [[int(x) for x in line.split(",") if x] for line in res.stdout.split("\n")[:len(strings)]]
+        bad = [i for i in range(len(strings)) if i >= len(got) or got[i] != want[i]]
+        print(f"{model}: {len(strings)} strings ({sum(map(len, want))} tokens; the text, "
+              f"{len(TOKEN_TEST_STRINGS) + 3} fixed, {args.random} random, seed {args.seed}): "
+              + ("all identical to tokenizers" if not bad else f"{len(bad)} DIFFER"))
+        for i in bad[:5]:
+            print(f"  {strings[i][:80]!r}: nibble {got[i][:12] if i < len(got) else None}, "
+                  f"tokenizers {want[i][:12]} {[tok.id_to_token(t) for t in want[i][:12]]}")
+        ok = ok and not bad
+    used = sum(t in (n - 2, n - 1) for ids in want for t in ids)
+    print(f"the words only ignore_merges builds appear {used} times"
+          + (" (ignore_merges is on)" if ignore_merges else " (ignore_merges is off)"))
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 # ---- ggml types ------------------------------------------------------------------------------
 # Encoders for the ggml block types, written from llama.cpp's block layouts (gguf-py decodes the
 # K-quants but cannot encode them). They quantize by round to nearest with min/max scales — not
@@ -621,6 +762,14 @@ def main():
     p.add_argument("--train", required=True, help="text to train the SentencePiece model on")
     p.add_argument("--text", required=True, help="text to tokenize with both")
     p.add_argument("--out-dir", required=True)
+    p = sub.add_parser("check-pre-split")
+    p.add_argument("--model", required=True)
+    p.add_argument("--nibble", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--pre", choices=sorted(PRE_SPLIT_REGEX), required=True)
+    p.add_argument("--random", type=int, default=5000)
+    p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
     p = sub.add_parser("requant")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
@@ -637,6 +786,8 @@ def main():
         return cmd_check_tokens(args)
     if args.cmd == "check-spm":
         return cmd_check_spm(args)
+    if args.cmd == "check-pre-split":
+        return cmd_check_pre_split(args)
     if args.cmd == "requant":
         return cmd_requant(args)
     return cmd_export_hf(args)

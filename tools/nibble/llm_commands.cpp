@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "llm/backend.h"
 #include "llm/file_util.h"
+#include "llm/json.h"
 #include "llm/linear.h"
 #include "llm/model_files.h"
 #include "llm/quantize_model.h"
@@ -571,10 +572,35 @@ int run_bench_model(int argc, char** argv) {
 }
 
 int run_tokenize(int argc, char** argv) {
-  const Invocation inv = parse("tokenize", argc, argv, {"text", "file", "no-bos"});
+  const Invocation inv =
+      parse("tokenize", argc, argv, {"text", "file", "jsonl", "no-bos", "pieces"});
   const Args& a = inv.args;
   ModelFiles m = open(inv);
   if (!m.tokenizer) usage_error("tokenize", "the model has no tokenizer");
+  if (a.has("jsonl")) {  // one JSON string per line in, one line of ids per string out
+    const std::string path = a.get("jsonl", "");
+    const std::string all = llm::read_text_file(path, "nibble tokenize");
+    size_t start = 0, line = 1;
+    while (start < all.size()) {
+      size_t end = all.find('\n', start);
+      if (end == std::string::npos) end = all.size();
+      const std::string what = path + " line " + std::to_string(line++);
+      const llm::Json j = llm::Json::parse(std::string_view(all).substr(start, end - start), what);
+      if (!j.is_string()) usage_error("tokenize", what + " is not a JSON string");
+      if (a.has("pieces")) {  // the pre-tokenizer's pieces as a JSON array of strings
+        std::string out = "[";
+        for (std::string_view piece : m.tokenizer->pre_split(j.string())) {
+          if (out.size() > 1) out += ',';
+          out += llm::json_quote(piece);
+        }
+        std::printf("%s]\n", out.c_str());
+      } else {
+        print_ids("", m.tokenizer->encode(j.string(), !a.has("no-bos")));
+      }
+      start = end + 1;
+    }
+    return 0;
+  }
   const std::string text =
       a.has("file") ? llm::read_text_file(a.get("file", ""), "nibble tokenize") : a.get("text", "");
   print_ids("", m.tokenizer->encode(text, !a.has("no-bos")));
