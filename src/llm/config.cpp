@@ -44,8 +44,27 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   c.norm_eps = g.get_float("llama.attention.layer_norm_rms_epsilon");
   if (md.count("llama.rope.scaling.type")) {
     const std::string s = g.get_string("llama.rope.scaling.type");
-    if (s != "none")
-      fail_cfg("GGUF", "RoPE scaling '" + s + "' is not supported", ErrorCode::unsupported);
+    if (s == "linear") {
+      RopeScaling r;
+      r.type = "linear";
+      r.factor = g.get_float("llama.rope.scaling.factor");
+      c.set_rope_scaling(r, "GGUF");
+    } else if (s != "none") {
+      fail_cfg("GGUF", "RoPE scaling '" + s + "' is not supported (none, linear; Llama 3.1's "
+                       "scaling as a rope_freqs.weight tensor)",
+               ErrorCode::unsupported);
+    }
+  }
+  // Llama 3.1 / 3.2 files: per-pair frequency divisors as a tensor (llama.cpp's converter).
+  for (const auto& t : g.tensors()) {
+    if (t.name != "rope_freqs.weight") continue;
+    if (t.dims.size() != 1 || static_cast<int64_t>(t.dims[0]) != c.head_dim / 2)
+      fail_cfg("GGUF", "rope_freqs.weight must hold head_dim / 2 = " +
+                           std::to_string(c.head_dim / 2) + " values");
+    std::vector<float> f = g.dequantize(t);
+    if (!c.rope_freq_factors.empty())  // linear scaling as well: both divide
+      for (size_t i = 0; i < f.size(); ++i) f[i] *= c.rope_freq_factors[i];
+    c.rope_freq_factors = std::move(f);
   }
   // The vocabulary size: the metadata key when present, else the embedding's rows.
   const GgufTensorInfo& emb = g.tensor("token_embd.weight");
@@ -83,8 +102,6 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
       fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder",
                ErrorCode::unsupported);
   }
-  if (const Json* rs = get("rope_scaling"); rs != nullptr && !rs->is_null())
-    fail_cfg(what, "rope_scaling is not supported", ErrorCode::unsupported);
   for (const char* key : {"attention_bias", "mlp_bias"})
     if (const Json* b = get(key); b != nullptr && b->is_bool() && b->boolean())
       fail_cfg(what, std::string(key) + " = true is not supported (no bias terms)",
@@ -107,6 +124,40 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
     c.head_dim = req_int("head_dim");
   c.rope_theta = opt_num("rope_theta", 10000.0);
   c.norm_eps = opt_num("rms_norm_eps", 1e-6);
+  if (const Json* rs = get("rope_scaling"); rs != nullptr && !rs->is_null()) {
+    if (!rs->is_object()) fail_cfg(what, "'rope_scaling' is not an object");
+    const Json* type = rs->find("rope_type");
+    if (type == nullptr) type = rs->find("type");  // the older spelling
+    if (type == nullptr || !type->is_string())
+      fail_cfg(what, "rope_scaling has no \"rope_type\" string");
+    auto num = [&](const char* key) {
+      const Json* v = rs->find(key);
+      if (v == nullptr || !v->is_number())
+        fail_cfg(what, std::string("rope_scaling.") + key + " is missing or not a number");
+      return v->number();
+    };
+    if (type->string() != "default") {
+      RopeScaling r;
+      r.type = type->string();
+      if (r.type == "linear" || r.type == "llama3") r.factor = num("factor");
+      if (r.type == "llama3") {
+        r.low_freq_factor = num("low_freq_factor");
+        r.high_freq_factor = num("high_freq_factor");
+        r.original_context = static_cast<int64_t>(num("original_max_position_embeddings"));
+      }
+      c.set_rope_scaling(r, what);
+    }
+  }
+  // nibble's own key: a GGUF file's per-pair divisors, kept when its checkpoint is written.
+  if (const Json* f = get("nibble_rope_freq_factors"); f != nullptr && !f->is_null()) {
+    if (!c.rope_freq_factors.empty())
+      fail_cfg(what, "both rope_scaling and nibble_rope_freq_factors are given");
+    if (!f->is_array()) fail_cfg(what, "'nibble_rope_freq_factors' is not an array");
+    for (const Json& v : f->items()) {
+      if (!v.is_number()) fail_cfg(what, "'nibble_rope_freq_factors' holds a non-number");
+      c.rope_freq_factors.push_back(static_cast<float>(v.number()));
+    }
+  }
   if (const Json* t = get("tie_word_embeddings"); t != nullptr) {
     if (!t->is_bool()) fail_cfg(what, "'tie_word_embeddings' is not a boolean");
     c.tied_embeddings = t->boolean();
@@ -129,7 +180,9 @@ ModelConfig ModelConfig::preset(const std::string& arch) {
          8192,
          500000.0,
          1e-5,
-         false};
+         false,
+         {},
+         {}};
   } else if (arch == "smollm2-135m") {  // SmolLM2-135M config.json
     c = {"SmolLM2-135M architecture (random weights)",
          49152,
@@ -142,7 +195,9 @@ ModelConfig ModelConfig::preset(const std::string& arch) {
          8192,
          100000.0,
          1e-5,
-         true};
+         true,
+         {},
+         {}};
   } else {
     fail_cfg("preset", "unknown architecture '" + arch + "' (llama3-8b, smollm2-135m)");
   }
@@ -170,6 +225,77 @@ void ModelConfig::validate(const std::string& what) const {
   if (head_dim % 2 != 0) fail_cfg(what, "head_dim must be even for RoPE");
   if (!(rope_theta > 1.0) || !std::isfinite(rope_theta)) fail_cfg(what, "rope_theta must be > 1");
   if (!(norm_eps > 0.0) || norm_eps > 1.0) fail_cfg(what, "norm_eps must be in (0, 1]");
+  if (!rope_freq_factors.empty()) {
+    if (static_cast<int64_t>(rope_freq_factors.size()) != head_dim / 2)
+      fail_cfg(what, "the RoPE frequency divisors number " +
+                         std::to_string(rope_freq_factors.size()) + ", head_dim / 2 is " +
+                         std::to_string(head_dim / 2));
+    for (float f : rope_freq_factors)
+      if (!(f > 0.0f) || !std::isfinite(f))
+        fail_cfg(what, "a RoPE frequency divisor is not a positive finite number");
+  }
+}
+
+std::vector<double> ModelConfig::rope_inv_freq() const {
+  const int64_t half = head_dim / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv[static_cast<size_t>(i)] =
+        std::pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    if (!rope_freq_factors.empty())
+      inv[static_cast<size_t>(i)] /= static_cast<double>(rope_freq_factors[static_cast<size_t>(i)]);
+  }
+  return inv;
+}
+
+void rope_tables(const ModelConfig& c, int64_t positions, std::vector<float>& cos_out,
+                 std::vector<float>& sin_out) {
+  const std::vector<double> inv = c.rope_inv_freq();
+  const size_t half = inv.size();
+  cos_out.resize(static_cast<size_t>(positions) * half);
+  sin_out.resize(cos_out.size());
+  for (int64_t p = 0; p < positions; ++p)
+    for (size_t i = 0; i < half; ++i) {
+      const double a = static_cast<double>(p) * inv[i];
+      cos_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(a));
+      sin_out[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(a));
+    }
+}
+
+void ModelConfig::set_rope_scaling(const RopeScaling& s, const std::string& what) {
+  if (s.type != "linear" && s.type != "llama3")
+    fail_cfg(what, "RoPE scaling '" + s.type + "' is not supported (linear, llama3)",
+             ErrorCode::unsupported);
+  if (!(s.factor > 0.0) || !std::isfinite(s.factor))
+    fail_cfg(what, "the RoPE scaling factor must be a positive number");
+  const int64_t half = head_dim / 2;
+  rope_scaling = s;
+  rope_freq_factors.assign(static_cast<size_t>(half), static_cast<float>(s.factor));
+  if (s.type == "linear") return;
+  if (!(s.low_freq_factor > 0.0) || !(s.high_freq_factor > s.low_freq_factor) ||
+      s.original_context <= 0)
+    fail_cfg(what, "llama3 RoPE scaling needs 0 < low_freq_factor < high_freq_factor and "
+                   "original_max_position_embeddings > 0");
+  // Llama 3.1's rule (as Hugging Face's _compute_llama3_parameters and llama.cpp's converter):
+  // short wavelengths keep their rate, long ones are divided by `factor`, and the band between
+  // interpolates smoothly in 1 / f.
+  const double pi = 3.14159265358979323846;
+  const double orig = static_cast<double>(s.original_context);
+  const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv =
+        std::pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double wavelen = 2.0 * pi / inv;
+    double f = s.factor;
+    if (wavelen < high_wavelen) {
+      f = 1.0;
+    } else if (wavelen <= low_wavelen) {
+      const double smooth =
+          (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / s.factor + smooth);
+    }
+    rope_freq_factors[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
 }
 
 int64_t ModelConfig::n_params() const {
@@ -198,7 +324,24 @@ std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
   s += std::string("  \"tie_word_embeddings\": ") + (tied_embeddings ? "true" : "false") + ",\n";
   if (bos_id >= 0) s += "  \"bos_token_id\": " + i(bos_id) + ",\n";
   if (eos_id >= 0) s += "  \"eos_token_id\": " + i(eos_id) + ",\n";
-  s += "  \"hidden_act\": \"silu\",\n  \"rope_scaling\": null\n}\n";
+  s += "  \"hidden_act\": \"silu\",\n  \"rope_scaling\": ";
+  if (rope_scaling.type == "linear") {
+    s += "{\"rope_type\": \"linear\", \"factor\": " + g(rope_scaling.factor) + "}";
+  } else if (rope_scaling.type == "llama3") {
+    s += "{\"rope_type\": \"llama3\", \"factor\": " + g(rope_scaling.factor) +
+         ", \"low_freq_factor\": " + g(rope_scaling.low_freq_factor) +
+         ", \"high_freq_factor\": " + g(rope_scaling.high_freq_factor) +
+         ", \"original_max_position_embeddings\": " + i(rope_scaling.original_context) + "}";
+  } else {
+    s += "null";
+    if (!rope_freq_factors.empty()) {  // a GGUF file's divisors: nibble's own key keeps them
+      s += ",\n  \"nibble_rope_freq_factors\": [";
+      for (size_t k = 0; k < rope_freq_factors.size(); ++k)
+        s += (k ? ", " : "") + g(static_cast<double>(rope_freq_factors[k]));
+      s += "]";
+    }
+  }
+  s += "\n}\n";
   return s;
 }
 
@@ -213,7 +356,15 @@ std::string ModelConfig::describe() const {
                 static_cast<long long>(ffn_dim), static_cast<long long>(vocab_size),
                 static_cast<long long>(max_context), rope_theta, norm_eps,
                 tied_embeddings ? "tied" : "separate", static_cast<double>(n_params()) / 1e6);
-  return buf;
+  std::string out = buf;
+  if (!rope_scaling.type.empty()) {
+    std::snprintf(buf, sizeof buf, ", rope scaling %s x%g", rope_scaling.type.c_str(),
+                  rope_scaling.factor);
+    out += buf;
+  }
+  else if (!rope_freq_factors.empty())
+    out += ", rope frequency divisors from the file";
+  return out;
 }
 
 }  // namespace nibble::llm

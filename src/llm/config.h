@@ -5,11 +5,19 @@
 // convention, base rope_theta) and grouped-query heads (n_heads query heads share n_kv_heads
 // key/value heads) → residual → RMSNorm → SwiGLU MLP (down(silu(gate·x) ⊙ up·x)) → residual] →
 // RMSNorm → output projection (the embedding matrix itself when tied_embeddings).
+//
+// RoPE frequencies: pair i of a head rotates by p · θ^(−2i/head_dim) / f_i at position p, where
+// the divisors f_i (rope_freq_factors, empty = all 1) stretch the long wavelengths for contexts
+// beyond the trained one: "linear" scaling (f_i = factor), Llama 3.1's "llama3" scaling (f_i = 1
+// for wavelengths below original_context / high_freq_factor, = factor above original_context /
+// low_freq_factor, interpolated between), or the per-pair divisors of a GGUF `rope_freqs.weight`
+// tensor (how llama.cpp's converter stores Llama 3.1 / 3.2 files).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nibble::llm {
 
@@ -28,6 +36,15 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tied_embeddings = false;  ///< output projection = token embedding
+  /// RoPE scaling as the model's config states it, for reports and config.json: "" (none or
+  /// per-pair divisors from a GGUF file), "linear" or "llama3" with their parameters.
+  struct RopeScaling {
+    std::string type;
+    double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+    int64_t original_context = 8192;
+  } rope_scaling;
+  /// Per-pair frequency divisors f_i (head_dim / 2 of them, f32 as GGUF stores them); empty: none.
+  std::vector<float> rope_freq_factors;
 
   /// From the llama.* keys of a GGUF file (tied when the file has no output.weight).
   static ModelConfig from_gguf(const GgufFile& g);
@@ -39,11 +56,21 @@ struct ModelConfig {
   /// Throws nibble::Error(invalid_argument) naming the first field that is out of range or
   /// inconsistent (heads that do not divide, an odd head_dim, ...).
   void validate(const std::string& what) const;
+  /// The RoPE rotation rate of each pair, θ^(−2i/head_dim) / f_i (head_dim / 2 values, double).
+  std::vector<double> rope_inv_freq() const;
+  /// Sets rope_scaling and rope_freq_factors for "linear" or "llama3" scaling (the divisors
+  /// computed in double and stored as f32); throws for other types.
+  void set_rope_scaling(const RopeScaling& s, const std::string& what);
   /// Parameters, counting a tied embedding once.
   int64_t n_params() const;
   std::string describe() const;
   /// A Hugging Face config.json for this configuration (bos/eos ids < 0 are left out).
   std::string to_hf_json(int32_t bos_id, int32_t eos_id) const;
 };
+
+/// RoPE tables of `positions` rows × head_dim / 2: cos and sin of p · rope_inv_freq()[i],
+/// computed in double and stored as f32 (both backends rotate with these).
+void rope_tables(const ModelConfig& c, int64_t positions, std::vector<float>& cos_out,
+                 std::vector<float>& sin_out);
 
 }  // namespace nibble::llm

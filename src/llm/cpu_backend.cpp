@@ -114,18 +114,7 @@ class CpuBackend final : public Backend, public BlockRunner {
     }
     k_cache_.assign(static_cast<size_t>(n_layers_ * max_ctx_ * kvd), 0.0f);
     v_cache_.assign(k_cache_.size(), 0.0f);
-    // RoPE angles p·θ^(−2i/hd), computed in double, stored as f32 cos/sin per position.
-    const int64_t half = hd / 2;
-    cos_.resize(static_cast<size_t>(max_ctx_ * half));
-    sin_.resize(cos_.size());
-    for (int64_t p = 0; p < max_ctx_; ++p)
-      for (int64_t i = 0; i < half; ++i) {
-        const double inv_freq =
-            std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-        const double a = static_cast<double>(p) * inv_freq;
-        cos_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(a));
-        sin_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(a));
-      }
+    rope_tables(c_, max_ctx_, cos_, sin_);  // f32 cos/sin of p·rate_i per position
   }
 
   std::string device() const override { return "cpu"; }

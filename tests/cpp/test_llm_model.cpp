@@ -103,6 +103,92 @@ TEST(LlmConfig, FromGgufMetadataWithTiedEmbeddings) {
   EXPECT_TRUE(c.tied_embeddings);
 }
 
+// Llama 3.1's config.json RoPE scaling, against Hugging Face's _compute_llama3_parameters written
+// out independently (its where() form over wavelengths), then the export and a GGUF
+// rope_freqs.weight tensor.
+TEST(LlmConfig, Llama3RopeScaling) {
+  std::string json = kSmolConfig;
+  const std::string from = "\"rope_scaling\": null";
+  json.replace(json.find(from), from.size(),
+               "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+               "1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 1024}");
+  const ModelConfig c = ModelConfig::from_hf_json(json, "config.json");
+  ASSERT_EQ(c.rope_freq_factors.size(), 32u);
+  const std::vector<double> inv = c.rope_inv_freq();
+  int scaled = 0, smooth = 0;
+  for (int i = 0; i < 32; ++i) {
+    const double base = std::pow(100000.0, -2.0 * i / 64.0);
+    const double wavelen = 2 * 3.14159265358979323846 / base;
+    double want = wavelen > 1024.0 ? base / 8.0 : base;  // low_freq_wavelen = 1024 / 1
+    const double s = (1024.0 / wavelen - 1.0) / (4.0 - 1.0);
+    if (!(wavelen < 256.0) && !(wavelen > 1024.0)) {    // high_freq_wavelen = 1024 / 4
+      want = (1 - s) * want / 8.0 + s * want;
+      ++smooth;
+    }
+    scaled += wavelen > 1024.0;
+    EXPECT_NEAR(inv[static_cast<size_t>(i)], want, want * 1e-7) << i;  // f32 divisors
+  }
+  EXPECT_GT(scaled, 0);
+  EXPECT_GT(smooth, 0);
+  EXPECT_EQ(c.rope_freq_factors.front(), 1.0f);
+  EXPECT_EQ(c.rope_freq_factors.back(), 8.0f);
+  // config.json out and back: the same parameters, the same divisors.
+  const ModelConfig back = ModelConfig::from_hf_json(c.to_hf_json(1, 2), "exported");
+  EXPECT_EQ(back.rope_scaling.type, "llama3");
+  EXPECT_EQ(back.rope_freq_factors, c.rope_freq_factors);
+  EXPECT_NE(c.describe().find("rope scaling llama3 x8"), std::string::npos) << c.describe();
+  // Linear scaling divides every rate; YaRN and dynamic NTK are refused by name.
+  std::string lin = kSmolConfig;
+  lin.replace(lin.find(from), from.size(), "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 4}");
+  EXPECT_EQ(ModelConfig::from_hf_json(lin, "linear").rope_inv_freq()[0], 0.25);
+  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+    std::string other = kSmolConfig;
+    other.replace(other.find(from), from.size(),
+                  std::string("\"rope_scaling\": {\"rope_type\": \"") + type + "\", \"factor\": 4}");
+    try {
+      ModelConfig::from_hf_json(other, "config.json");
+      ADD_FAILURE() << type << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + type + "' is not supported"),
+                std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(LlmConfig, GgufRopeFreqsTensorDividesTheRates) {
+  auto file = [](uint64_t n_factors) {
+    test::GgufWriter w;
+    w.header(2, 9);
+    w.kv_string("general.architecture", "llama");
+    w.kv_u32("llama.embedding_length", 8);
+    w.kv_u32("llama.block_count", 1);
+    w.kv_u32("llama.attention.head_count", 2);
+    w.kv_u32("llama.attention.head_count_kv", 2);
+    w.kv_u32("llama.feed_forward_length", 16);
+    w.kv_u32("llama.context_length", 64);
+    w.kv_f32("llama.rope.freq_base", 10000.0f);
+    w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    w.tensor("token_embd.weight", {8, 10}, 0, 0);
+    w.tensor("rope_freqs.weight", {n_factors}, 0, 320);
+    w.align();
+    w.bytes.resize(w.bytes.size() + 320, 0);
+    for (uint64_t i = 0; i < n_factors; ++i) w.put<float>(1.0f + static_cast<float>(i));
+    return GgufFile::parse(w.bytes, "tiny");
+  };
+  const ModelConfig c = ModelConfig::from_gguf(file(2));  // head_dim 4: two pairs
+  EXPECT_EQ(c.rope_freq_factors, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(c.rope_inv_freq()[1], std::pow(10000.0, -0.5) / 2.0);
+  // Written as a checkpoint's config.json, the divisors travel in nibble's own key.
+  const ModelConfig back = ModelConfig::from_hf_json(c.to_hf_json(-1, -1), "exported");
+  EXPECT_EQ(back.rope_freq_factors, c.rope_freq_factors);
+  try {
+    ModelConfig::from_gguf(file(3));
+    ADD_FAILURE() << "three divisors for two pairs accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim / 2 = 2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LlmModelFiles, TensorNamesAndTheGgufQkPermutation) {
   EXPECT_EQ(canonical_tensor_name("model.layers.12.self_attn.k_proj.weight"),
             "blk.12.attn_k.weight");

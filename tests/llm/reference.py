@@ -56,6 +56,7 @@ class Reference:
         self.head_dim = self.dim // self.n_heads
         self.ffn = int(val("llama.feed_forward_length"))
         self.theta = float(val("llama.rope.freq_base", 10000.0))
+        self.rope_freqs = None  # Llama 3.1-style per-pair divisors (llama.cpp's rope_freqs)
         self.eps = float(val("llama.attention.layer_norm_rms_epsilon"))
         self.t = {}
         for t in self.reader.tensors:
@@ -63,6 +64,8 @@ class Reference:
             w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
             self.t[t.name] = w.astype(np.float32)
         self.vocab = self.t["token_embd.weight"].shape[0]
+        if "rope_freqs.weight" in self.t:
+            self.rope_freqs = self.t["rope_freqs.weight"].astype(np.float64)
         self.out = self.t.get("output.weight", self.t["token_embd.weight"])  # tied when absent
 
     def w(self, name):
@@ -73,6 +76,8 @@ class Reference:
         hd = self.head_dim
         i = np.arange(hd // 2, dtype=np.float64)
         ang = pos * self.theta ** (-2.0 * i / hd)
+        if self.rope_freqs is not None:  # as ggml_rope_ext with freq_factors: the rate divided
+            ang = ang / self.rope_freqs
         c, s = np.cos(ang), np.sin(ang)
         a, b = x[:, 0::2].copy(), x[:, 1::2].copy()
         y = np.empty_like(x)
@@ -629,6 +634,23 @@ def encode_blocks(x, name):
     return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
+def llama3_rope_divisors(theta, hd, factor, low, high, orig):
+    """Llama 3.1's per-pair RoPE divisors as llama.cpp's converter writes them (f32), computed in
+    float64 from Hugging Face's rule."""
+    out = []
+    for i in range(hd // 2):
+        inv = theta ** (-2.0 * i / hd)
+        wavelen = 2.0 * 3.14159265358979323846 / inv
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
@@ -646,6 +668,14 @@ def cmd_requant(args):
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(name, field.contents(), vtype, sub)
+    if args.rope_llama3:
+        factor, low, high, orig = (float(v) for v in args.rope_llama3.split(","))
+        hd = int(reader.fields["llama.embedding_length"].contents()) // int(
+            reader.fields["llama.attention.head_count"].contents())
+        theta = float(reader.fields["llama.rope.freq_base"].contents())
+        w.add_tensor("rope_freqs.weight", llama3_rope_divisors(theta, hd, factor, low, high, orig))
+        print(f"added rope_freqs.weight: Llama 3.1 scaling factor {factor}, low {low}, high {high}, "
+              f"original context {orig:g}")
     used, err = {}, {}
     n_lin = 0
     for t in reader.tensors:
@@ -730,7 +760,9 @@ def cmd_export_hf(args):
               "num_attention_heads": ref.n_heads, "num_key_value_heads": ref.n_kv_heads,
               "intermediate_size": ref.ffn, "max_position_embeddings": int(f["llama.context_length"].contents()),
               "rope_theta": ref.theta, "rms_norm_eps": ref.eps, "tie_word_embeddings": True,
-              "hidden_act": "silu", "rope_scaling": None,
+              "hidden_act": "silu", "rope_scaling": None if not args.rope_llama3 else dict(
+                  zip(("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                      (float(v) for v in args.rope_llama3.split(",")))) | {"rope_type": "llama3"},
               "bos_token_id": int(f["tokenizer.ggml.bos_token_id"].contents()),
               "eos_token_id": int(f["tokenizer.ggml.eos_token_id"].contents())}
     with open(os.path.join(args.out, "config.json"), "w") as fh:
@@ -774,9 +806,13 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--types", default="Q4_K,Q5_K,Q6_K,Q3_K,Q2_K,IQ4_XS,Q5_0,Q5_1,IQ4_NL")
+    p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
+                   help="add Llama 3.1 RoPE scaling as a rope_freqs.weight tensor")
     p = sub.add_parser("export-hf")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
+                   help="the rope_scaling that the GGUF file's rope_freqs.weight was made from")
     args = ap.parse_args()
     if args.cmd == "tokens":
         return cmd_tokens(args)

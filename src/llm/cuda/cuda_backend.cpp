@@ -570,17 +570,9 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t& e : greedy_events_.events)
       NIBBLE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
-    // RoPE angles p·θ^(−2i/hd), in double, stored as f32 (the CPU backend's table).
     const int64_t half = hd / 2;
-    std::vector<float> cs(static_cast<size_t>(max_ctx_ * half)), sn(cs.size());
-    for (int64_t p = 0; p < max_ctx_; ++p)
-      for (int64_t i = 0; i < half; ++i) {
-        const double inv_freq =
-            std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-        const double a = static_cast<double>(p) * inv_freq;
-        cs[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(a));
-        sn[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(a));
-      }
+    std::vector<float> cs, sn;
+    rope_tables(c_, max_ctx_, cs, sn);  // the CPU backend's f32 cos/sin table
     cos_ = device_tensor(DType::f32, {max_ctx_, half});
     sin_ = device_tensor(DType::f32, {max_ctx_, half});
     NIBBLE_CUDA_CHECK(cudaMemcpy(cos_.data(), cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
