@@ -20,34 +20,37 @@ namespace {
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
-  if (arch != "llama")
-    fail_cfg("GGUF", "general.architecture is '" + arch + "'; only 'llama' is supported",
+  if (arch != "llama" && arch != "qwen2")
+    fail_cfg("GGUF", "general.architecture is '" + arch + "'; 'llama' and 'qwen2' are supported",
              ErrorCode::unsupported);
   const auto& md = g.metadata();
-  auto u = [&](const std::string& key) { return static_cast<int64_t>(g.get_uint("llama." + key)); };
+  const std::string k = arch + ".";  // the keys are prefixed by the architecture
+  auto u = [&](const std::string& key) { return static_cast<int64_t>(g.get_uint(k + key)); };
   ModelConfig c;
+  c.arch = arch;
+  c.qkv_bias = arch == "qwen2";
   if (md.count("general.name")) c.name = g.get_string("general.name");
   c.dim = u("embedding_length");
   c.n_layers = u("block_count");
   c.n_heads = u("attention.head_count");
   c.n_kv_heads =
-      md.count("llama.attention.head_count_kv") ? u("attention.head_count_kv") : c.n_heads;
+      md.count(k + "attention.head_count_kv") ? u("attention.head_count_kv") : c.n_heads;
   c.ffn_dim = u("feed_forward_length");
   c.max_context = u("context_length");
   c.head_dim = c.n_heads > 0 ? c.dim / c.n_heads : 0;
-  if (md.count("llama.attention.key_length")) c.head_dim = u("attention.key_length");
-  if (md.count("llama.rope.dimension_count") && u("rope.dimension_count") != c.head_dim)
+  if (md.count(k + "attention.key_length")) c.head_dim = u("attention.key_length");
+  if (md.count(k + "rope.dimension_count") && u("rope.dimension_count") != c.head_dim)
     fail_cfg("GGUF",
              "partial rotary embeddings (rope.dimension_count != head size) are not supported",
              ErrorCode::unsupported);
-  if (md.count("llama.rope.freq_base")) c.rope_theta = g.get_float("llama.rope.freq_base");
-  c.norm_eps = g.get_float("llama.attention.layer_norm_rms_epsilon");
-  if (md.count("llama.rope.scaling.type")) {
-    const std::string s = g.get_string("llama.rope.scaling.type");
+  if (md.count(k + "rope.freq_base")) c.rope_theta = g.get_float(k + "rope.freq_base");
+  c.norm_eps = g.get_float(k + "attention.layer_norm_rms_epsilon");
+  if (md.count(k + "rope.scaling.type")) {
+    const std::string s = g.get_string(k + "rope.scaling.type");
     if (s == "linear") {
       RopeScaling r;
       r.type = "linear";
-      r.factor = g.get_float("llama.rope.scaling.factor");
+      r.factor = g.get_float(k + "rope.scaling.factor");
       c.set_rope_scaling(r, "GGUF");
     } else if (s != "none") {
       fail_cfg("GGUF", "RoPE scaling '" + s + "' is not supported (none, linear; Llama 3.1's "
@@ -70,8 +73,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const GgufTensorInfo& emb = g.tensor("token_embd.weight");
   if (emb.dims.size() != 2) fail_cfg("GGUF", "token_embd.weight is not a matrix");
   c.vocab_size = static_cast<int64_t>(emb.dims[1]);
-  if (md.count("llama.vocab_size") && u("vocab_size") != c.vocab_size)
-    fail_cfg("GGUF", "llama.vocab_size disagrees with token_embd.weight");
+  if (md.count(k + "vocab_size") && u("vocab_size") != c.vocab_size)
+    fail_cfg("GGUF", k + "vocab_size disagrees with token_embd.weight");
   bool has_output = false;
   for (const auto& t : g.tensors()) has_output = has_output || t.name == "output.weight";
   c.tied_embeddings = !has_output;
@@ -95,21 +98,32 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
     if (!v->is_number()) fail_cfg(what, std::string("'") + key + "' is not a number");
     return v->number();
   };
+  std::string arch = "llama";
   if (const Json* mt = get("model_type"); mt != nullptr) {
     if (!mt->is_string()) fail_cfg(what, "'model_type' is not a string");
     const std::string& t = mt->string();
-    if (t != "llama" && t != "mistral")
-      fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder",
+    if (t != "llama" && t != "mistral" && t != "qwen2")
+      fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder (llama, mistral, qwen2)",
                ErrorCode::unsupported);
+    if (t == "qwen2") arch = "qwen2";
   }
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (const Json* b = get(key); b != nullptr && b->is_bool() && b->boolean())
-      fail_cfg(what, std::string(key) + " = true is not supported (no bias terms)",
-               ErrorCode::unsupported);
+  if (const Json* b = get("mlp_bias"); b != nullptr && b->is_bool() && b->boolean())
+    fail_cfg(what, "mlp_bias = true is not supported (biases on the attention projections only)",
+             ErrorCode::unsupported);
+  const Json* attention_bias = get("attention_bias");
+  const bool llama_bias = arch == "llama" && attention_bias != nullptr &&
+                          attention_bias->is_bool() && attention_bias->boolean();
+  // Qwen2's sliding window changes attention beyond `sliding_window` tokens; refuse it rather
+  // than attend differently.
+  if (const Json* sw = get("use_sliding_window"); sw != nullptr && sw->is_bool() && sw->boolean())
+    fail_cfg(what, "use_sliding_window = true is not supported", ErrorCode::unsupported);
   if (const Json* act = get("hidden_act");
       act != nullptr && (!act->is_string() || act->string() != "silu"))
     fail_cfg(what, "hidden_act must be \"silu\"", ErrorCode::unsupported);
   ModelConfig c;
+  c.arch = arch;
+  c.qkv_bias = arch == "qwen2" || llama_bias;
+  c.o_bias = llama_bias;
   if (const Json* n = get("_name_or_path"); n != nullptr && n->is_string()) c.name = n->string();
   c.vocab_size = req_int("vocab_size");
   c.dim = req_int("hidden_size");
@@ -168,36 +182,30 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
 
 ModelConfig ModelConfig::preset(const std::string& arch) {
   ModelConfig c;
+  auto sizes = [&c](int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads,
+                    int64_t ffn) {
+    c.vocab_size = vocab;
+    c.dim = dim;
+    c.n_layers = layers;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.head_dim = dim / heads;
+    c.ffn_dim = ffn;
+  };
   if (arch == "llama3-8b") {  // Meta-Llama-3-8B config.json
-    c = {"Llama-3-8B architecture (random weights)",
-         128256,
-         4096,
-         32,
-         32,
-         8,
-         128,
-         14336,
-         8192,
-         500000.0,
-         1e-5,
-         false,
-         {},
-         {}};
+    c.name = "Llama-3-8B architecture (random weights)";
+    sizes(128256, 4096, 32, 32, 8, 14336);
+    c.max_context = 8192;
+    c.rope_theta = 500000.0;
+    c.norm_eps = 1e-5;
+    c.tied_embeddings = false;
   } else if (arch == "smollm2-135m") {  // SmolLM2-135M config.json
-    c = {"SmolLM2-135M architecture (random weights)",
-         49152,
-         576,
-         30,
-         9,
-         3,
-         64,
-         1536,
-         8192,
-         100000.0,
-         1e-5,
-         true,
-         {},
-         {}};
+    c.name = "SmolLM2-135M architecture (random weights)";
+    sizes(49152, 576, 30, 9, 3, 1536);
+    c.max_context = 8192;
+    c.rope_theta = 100000.0;
+    c.norm_eps = 1e-5;
+    c.tied_embeddings = true;
   } else {
     fail_cfg("preset", "unknown architecture '" + arch + "' (llama3-8b, smollm2-135m)");
   }
@@ -219,6 +227,10 @@ void ModelConfig::validate(const std::string& what) const {
   in("head_dim", head_dim, 2, 1024);
   in("ffn_dim", ffn_dim, 1, 1 << 20);
   in("max_context", max_context, 1, 1 << 24);
+  if (arch != "llama" && arch != "qwen2")
+    fail_cfg(what, "arch '" + arch + "' is not 'llama' or 'qwen2'");
+  if (arch == "qwen2" && (!qkv_bias || o_bias))
+    fail_cfg(what, "a qwen2 decoder has biases on q, k, v and none on the output projection");
   if (n_heads % n_kv_heads != 0)
     fail_cfg(what, "n_heads (" + std::to_string(n_heads) + ") is not a multiple of n_kv_heads (" +
                        std::to_string(n_kv_heads) + ")");
@@ -312,7 +324,16 @@ std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
     return std::string(num);
   };
   auto i = [](int64_t v) { return std::to_string(v); };
-  std::string s = "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n";
+  const bool qwen2 = arch == "qwen2";
+  std::string s = std::string("{\n  \"architectures\": [\"") +
+                  (qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM") + "\"],\n  \"model_type\": \"" +
+                  arch + "\",\n";
+  if (!qwen2 && (qkv_bias || o_bias)) {
+    if (!(qkv_bias && o_bias))
+      detail::fail(ErrorCode::unsupported, "nibble::llm::ModelConfig: a Llama config.json has "
+                                           "biases on all four attention projections or none");
+    s += "  \"attention_bias\": true,\n";
+  }
   s += "  \"_name_or_path\": " + json_quote(name) + ",\n";
   s += "  \"vocab_size\": " + i(vocab_size) + ",\n  \"hidden_size\": " + i(dim) + ",\n";
   s += "  \"num_hidden_layers\": " + i(n_layers) + ",\n  \"num_attention_heads\": " + i(n_heads) +
@@ -350,13 +371,14 @@ std::string ModelConfig::describe() const {
   std::snprintf(buf, sizeof buf,
                 "%s: %lld layers, dim %lld, %lld heads (%lld kv, head_dim %lld), ffn %lld, "
                 "vocab %lld, context %lld, rope_theta %g, rms_eps %g, %s embeddings, %.1fM params",
-                name.empty() ? "llama" : name.c_str(), static_cast<long long>(n_layers),
+                name.empty() ? arch.c_str() : name.c_str(), static_cast<long long>(n_layers),
                 static_cast<long long>(dim), static_cast<long long>(n_heads),
                 static_cast<long long>(n_kv_heads), static_cast<long long>(head_dim),
                 static_cast<long long>(ffn_dim), static_cast<long long>(vocab_size),
                 static_cast<long long>(max_context), rope_theta, norm_eps,
                 tied_embeddings ? "tied" : "separate", static_cast<double>(n_params()) / 1e6);
   std::string out = buf;
+  if (qkv_bias) out += o_bias ? ", q/k/v/o biases" : ", q/k/v biases";
   if (!rope_scaling.type.empty()) {
     std::snprintf(buf, sizeof buf, ", rope scaling %s x%g", rope_scaling.type.c_str(),
                   rope_scaling.factor);

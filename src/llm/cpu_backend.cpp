@@ -34,7 +34,15 @@ namespace {
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;
   std::unique_ptr<StrategyLinear> wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> bq, bk, bv, bo;  // attention biases (Qwen2: q, k, v); empty when none
 };
+
+// y (rows, n) += bias (n) on every row; nothing for an empty bias.
+void add_bias(float* y, int64_t rows, const std::vector<float>& bias) {
+  const auto n = static_cast<int64_t>(bias.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] += bias[static_cast<size_t>(i)];
+}
 
 // RMSNorm of each row: y = x / sqrt(mean(x²) + eps) · g, the mean accumulated in double.
 void rmsnorm(const float* x, const float* g, int64_t rows, int64_t d, double eps, float* y) {
@@ -110,6 +118,12 @@ class CpuBackend final : public Backend, public BlockRunner {
       L.w_gate = lin("ffn_gate.weight", c_.ffn_dim, d);
       L.w_up = lin("ffn_up.weight", c_.ffn_dim, d);
       L.w_down = lin("ffn_down.weight", d, c_.ffn_dim);
+      if (c_.qkv_bias) {
+        L.bq = src.load(p + "attn_q.bias", {qd});
+        L.bk = src.load(p + "attn_k.bias", {kvd});
+        L.bv = src.load(p + "attn_v.bias", {kvd});
+      }
+      if (c_.o_bias) L.bo = src.load(p + "attn_output.bias", {d});
       layers_.push_back(std::move(L));
     }
     k_cache_.assign(static_cast<size_t>(n_layers_ * max_ctx_ * kvd), 0.0f);
@@ -238,6 +252,9 @@ class CpuBackend final : public Backend, public BlockRunner {
     run(*L.wq, BlockLinear::q, h, q);
     run(*L.wk, BlockLinear::k, h, k);
     run(*L.wv, BlockLinear::v, h, v);
+    add_bias(q, m, L.bq);
+    add_bias(k, m, L.bk);
+    add_bias(v, m, L.bv);
     for (int64_t t = 0; t < m; ++t) {
       rope(q + t * qd, c_.n_heads, pos + t);
       rope(k + t * kvd, c_.n_kv_heads, pos + t);
@@ -248,6 +265,7 @@ class CpuBackend final : public Backend, public BlockRunner {
     std::copy_n(v, m * kvd, vc + pos * kvd);
     attention(q, kc, vc, m, pos, att);
     run(*L.wo, BlockLinear::o, att, o);
+    add_bias(o, m, L.bo);
     for (int64_t i = 0; i < m * d; ++i) x[i] += o[i];
     rmsnorm(x, L.ffn_norm.data(), m, d, c_.norm_eps, h);
     run(*L.w_gate, BlockLinear::gate, h, gate);

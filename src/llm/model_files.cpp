@@ -62,7 +62,7 @@ class GgufSource final : public WeightSource {
     check_shape("GGUF", name, dims, shape);
     std::vector<float> w = g_.dequantize(t);
     bool is_q = false;
-    if (is_q_or_k(name, is_q))
+    if (c_.arch == "llama" && is_q_or_k(name, is_q))  // qwen2 files keep Hugging Face's order
       unpermute_gguf_qk(w, is_q ? c_.n_heads : c_.n_kv_heads, c_.head_dim, c_.dim);
     return w;
   }
@@ -81,6 +81,24 @@ class GgufSource final : public WeightSource {
 };
 
 const char* const kQuantParts[] = {"qweight", "scales", "zeros", "group_scales"};
+
+// A block's tensors: the Hugging Face name after "model.layers.N." and the GGUF name after
+// "blk.N." (llama.cpp's), both ways.
+const std::pair<const char*, const char*> kBlockTensorRoles[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
 
 // The safetensors dtype a quantized buffer is stored in: 4-bit values as their packed bytes.
 std::string stored_dtype(DType t) {
@@ -369,22 +387,13 @@ std::string hf_tensor_name(const std::string& c) {
   if (c == "token_embd.weight") return "model.embed_tokens.weight";
   if (c == "output_norm.weight") return "model.norm.weight";
   if (c == "output.weight") return "lm_head.weight";
-  static const std::map<std::string, std::string> roles = {
-      {"attn_norm.weight", "input_layernorm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"},
-  };
   if (c.rfind("blk.", 0) != 0) return "";
   const size_t dot = c.find('.', 4);
   if (dot == std::string::npos) return "";
-  auto it = roles.find(c.substr(dot + 1));
-  return it == roles.end() ? "" : "model.layers." + c.substr(4, dot - 4) + "." + it->second;
+  for (const auto& [hf, gguf] : kBlockTensorRoles)
+    if (c.compare(dot + 1, std::string::npos, gguf) == 0)
+      return "model.layers." + c.substr(4, dot - 4) + "." + hf;
+  return "";
 }
 
 void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
@@ -448,6 +457,12 @@ void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std
     quantized(p + "attn_k.weight", kvd, d);
     quantized(p + "attn_v.weight", kvd, d);
     quantized(p + "attn_output.weight", d, qd);
+    if (c.qkv_bias) {
+      floats(p + "attn_q.bias", {qd});
+      floats(p + "attn_k.bias", {kvd});
+      floats(p + "attn_v.bias", {kvd});
+    }
+    if (c.o_bias) floats(p + "attn_output.bias", {d});
     quantized(p + "ffn_gate.weight", c.ffn_dim, d);
     quantized(p + "ffn_up.weight", c.ffn_dim, d);
     quantized(p + "ffn_down.weight", d, c.ffn_dim);
@@ -495,19 +510,10 @@ std::string canonical_tensor_name(const std::string& n) {
   const std::string layer = n.substr(prefix.size(), dot - prefix.size());
   for (const char c : layer)
     if (c < '0' || c > '9') return "";
-  static const std::map<std::string, std::string> roles = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-  };
-  auto it = roles.find(n.substr(dot + 1));
-  return it == roles.end() ? "" : "blk." + layer + "." + it->second;
+  const std::string role = n.substr(dot + 1);
+  for (const auto& [hf, gguf] : kBlockTensorRoles)
+    if (role == hf) return "blk." + layer + "." + gguf;
+  return "";
 }
 
 ModelFiles open_model(const std::string& path) {

@@ -93,6 +93,10 @@ void fold_smoothquant(MemorySource& mem, const ModelConfig& c, int64_t layer,
     for (int64_t i = 0; i < hd; ++i)
       s_o[static_cast<size_t>(h * hd + i)] = s_kv[static_cast<size_t>((h / group) * hd + i)];
   divide_rows(BlockLinear::v, s_kv);
+  if (c.qkv_bias) {  // v's output channel is v·x + b: its bias is divided with its row
+    std::vector<float>& b = mem.values(blk + "attn_v.bias");
+    for (size_t i = 0; i < b.size(); ++i) b[i] /= s_kv[i];
+  }
   scale_cols(BlockLinear::o, s_o);
   // down: its input silu(gate)·up is linear in up's output, so 1/s goes into the rows of up.
   const auto s_down =
@@ -185,6 +189,14 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
   for (int64_t l = 0; l < c.n_layers; ++l) {
     copy("blk." + std::to_string(l) + ".attn_norm.weight", {d});
     copy("blk." + std::to_string(l) + ".ffn_norm.weight", {d});
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+    if (c.qkv_bias) {  // biases are added after the product: quantization leaves them alone
+      copy(p + "attn_q.bias", {qd});
+      copy(p + "attn_k.bias", {kvd});
+      copy(p + "attn_v.bias", {kvd});
+    }
+    if (c.o_bias) copy(p + "attn_output.bias", {d});
     for (BlockLinear which : kBlockLinears) {
       const LinearShape s = linear_shape(c, which);
       copy(tensor_name(l, which), {s.n, s.k});

@@ -189,6 +189,38 @@ TEST(LlmConfig, GgufRopeFreqsTensorDividesTheRates) {
   }
 }
 
+TEST(LlmConfig, Qwen2AndLlamaAttentionBiases) {
+  std::string qwen = kSmolConfig;
+  const std::string from = "\"model_type\": \"llama\"";
+  qwen.replace(qwen.find(from), from.size(), "\"model_type\": \"qwen2\"");
+  const ModelConfig q = ModelConfig::from_hf_json(qwen, "qwen2");
+  EXPECT_EQ(q.arch, "qwen2");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.o_bias);
+  const ModelConfig q_back = ModelConfig::from_hf_json(q.to_hf_json(1, 2), "exported");
+  EXPECT_EQ(q_back.arch, "qwen2");
+  EXPECT_TRUE(q_back.qkv_bias);
+  std::string llama = kSmolConfig;
+  llama.replace(llama.find(from), from.size(), "\"model_type\": \"llama\", \"attention_bias\": true");
+  const ModelConfig l = ModelConfig::from_hf_json(llama, "llama");
+  EXPECT_TRUE(l.qkv_bias && l.o_bias);
+  EXPECT_TRUE(ModelConfig::from_hf_json(l.to_hf_json(1, 2), "exported").o_bias);
+  EXPECT_NE(l.describe().find("q/k/v/o biases"), std::string::npos);
+  // What would change the computation without being run is refused by name.
+  for (const auto& [json, expect] : std::vector<std::pair<std::string, const char*>>{
+           {qwen.substr(0, qwen.size() - 1) + ", \"use_sliding_window\": true}", "use_sliding_window"},
+           {qwen.substr(0, qwen.size() - 1) + ", \"mlp_bias\": true}", "mlp_bias"},
+       }) {
+    try {
+      ModelConfig::from_hf_json(json, "config.json");
+      ADD_FAILURE() << "accepted: " << json;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(canonical_tensor_name("model.layers.3.self_attn.v_proj.bias"), "blk.3.attn_v.bias");
+}
+
 TEST(LlmModelFiles, TensorNamesAndTheGgufQkPermutation) {
   EXPECT_EQ(canonical_tensor_name("model.layers.12.self_attn.k_proj.weight"),
             "blk.12.attn_k.weight");

@@ -16,6 +16,8 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   check-tokens compare `nibble tokenize` with `tokenizers` on a whole text file
   check-spm    train a SentencePiece BPE model, write it as a GGUF "llama" vocabulary, and
                compare `nibble tokenize` with `sentencepiece` on a whole text file
+  make-qwen2   write the model as a Qwen2 GGUF file (qwen2.* keys, Q/K rows in Hugging Face's
+               order, random q/k/v biases, the qwen2 pre-tokenizer), for the qwen2 path
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
   check-pre-split  nibble's Llama 3 / Qwen2 pre-tokenizer (tokenizer.ggml.pre llama-bpe, qwen2;
@@ -49,15 +51,20 @@ class Reference:
                 return default
             return f[key].contents()
 
-        self.n_layers = int(val("llama.block_count"))
-        self.dim = int(val("llama.embedding_length"))
-        self.n_heads = int(val("llama.attention.head_count"))
-        self.n_kv_heads = int(val("llama.attention.head_count_kv", self.n_heads))
+        # "llama": Q/K rows permuted by the converter, adjacent-pair RoPE (llama.cpp's NORM
+        # mode); "qwen2": rows as Hugging Face stores them, rotate-half RoPE (NEOX mode), and
+        # biases on q, k, v.
+        self.arch = val("general.architecture")
+        a = self.arch + "."
+        self.n_layers = int(val(a + "block_count"))
+        self.dim = int(val(a + "embedding_length"))
+        self.n_heads = int(val(a + "attention.head_count"))
+        self.n_kv_heads = int(val(a + "attention.head_count_kv", self.n_heads))
         self.head_dim = self.dim // self.n_heads
-        self.ffn = int(val("llama.feed_forward_length"))
-        self.theta = float(val("llama.rope.freq_base", 10000.0))
+        self.ffn = int(val(a + "feed_forward_length"))
+        self.theta = float(val(a + "rope.freq_base", 10000.0))
         self.rope_freqs = None  # Llama 3.1-style per-pair divisors (llama.cpp's rope_freqs)
-        self.eps = float(val("llama.attention.layer_norm_rms_epsilon"))
+        self.eps = float(val(a + "attention.layer_norm_rms_epsilon"))
         self.t = {}
         for t in self.reader.tensors:
             shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists innermost first
@@ -71,18 +78,21 @@ class Reference:
     def w(self, name):
         return self.t[name].astype(np.float64)
 
-    def rope_adjacent(self, x, pos):
-        """llama.cpp's normal RoPE: rotate pairs (2i, 2i+1) of each head. x: (heads, hd)."""
+    def rope(self, x, pos):
+        """llama.cpp's RoPE on x (heads, hd): NORM mode (pairs (2i, 2i+1), the llama arch) or
+        NEOX mode (pairs (i, i + hd/2), qwen2)."""
         hd = self.head_dim
         i = np.arange(hd // 2, dtype=np.float64)
         ang = pos * self.theta ** (-2.0 * i / hd)
         if self.rope_freqs is not None:  # as ggml_rope_ext with freq_factors: the rate divided
             ang = ang / self.rope_freqs
         c, s = np.cos(ang), np.sin(ang)
-        a, b = x[:, 0::2].copy(), x[:, 1::2].copy()
+        lo, hi = (np.s_[:, 0::2], np.s_[:, 1::2]) if self.arch == "llama" else \
+            (np.s_[:, :hd // 2], np.s_[:, hd // 2:])
+        a, b = x[lo].copy(), x[hi].copy()
         y = np.empty_like(x)
-        y[:, 0::2] = a * c - b * s
-        y[:, 1::2] = b * c + a * s
+        y[lo] = a * c - b * s
+        y[hi] = b * c + a * s
         return y
 
     def rmsnorm(self, x, w):
@@ -99,6 +109,9 @@ class Reference:
                 self.W[l] = {k: self.w(p + k + ".weight") for k in
                              ("attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v",
                               "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+                for k in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                    b = p + k + ".bias"
+                    self.W[l][k + "_b"] = self.w(b) if b in self.t else 0.0
         W = self.W
         emb = self.w("token_embd.weight")
         out_w = self.out.astype(np.float64)
@@ -109,9 +122,9 @@ class Reference:
             for l in range(self.n_layers):
                 L = W[l]
                 h = self.rmsnorm(x, L["attn_norm"])
-                q = self.rope_adjacent((L["attn_q"] @ h).reshape(H, hd), pos)
-                k = self.rope_adjacent((L["attn_k"] @ h).reshape(KV, hd), pos)
-                v = (L["attn_v"] @ h).reshape(KV, hd)
+                q = self.rope((L["attn_q"] @ h + L["attn_q_b"]).reshape(H, hd), pos)
+                k = self.rope((L["attn_k"] @ h + L["attn_k_b"]).reshape(KV, hd), pos)
+                v = (L["attn_v"] @ h + L["attn_v_b"]).reshape(KV, hd)
                 cache[l][0].append(k)
                 cache[l][1].append(v)
                 K = np.stack(cache[l][0])  # (pos+1, KV, hd)
@@ -122,7 +135,7 @@ class Reference:
                     s = K[:, kvh, :] @ q[head] / np.sqrt(hd)
                     s = np.exp(s - s.max())
                     att[head] = (s / s.sum()) @ V[:, kvh, :]
-                x = x + L["attn_output"] @ att.reshape(-1)
+                x = x + L["attn_output"] @ att.reshape(-1) + L["attn_output_b"]
                 h = self.rmsnorm(x, L["ffn_norm"])
                 g, u = L["ffn_gate"] @ h, L["ffn_up"] @ h
                 x = x + L["ffn_down"] @ (g / (1.0 + np.exp(-g)) * u)
@@ -147,10 +160,15 @@ def hf_tokenizer(reader):
     tokens = gguf_strings(reader, "tokenizer.ggml.tokens")
     merges = [tuple(m.split(" ", 1)) for m in gguf_strings(reader, "tokenizer.ggml.merges")]
     types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges,
+                               ignore_merges=pre == "llama-bpe"))
     stages = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
     if pre == "smollm":
         stages.insert(0, pre_tokenizers.Digits(individual_digits=True))
+    if pre in PRE_SPLIT_REGEX:
+        from tokenizers import Regex
+        stages = [pre_tokenizers.Split(Regex(PRE_SPLIT_REGEX[pre]), behavior="isolated", invert=False),
+                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     tok.pre_tokenizer = pre_tokenizers.Sequence(stages)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
@@ -730,6 +748,45 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
+def cmd_make_qwen2(args):
+    """The model as a Qwen2 GGUF file: general.architecture qwen2 (keys qwen2.*), Q/K rows in
+    Hugging Face's order (llama.cpp's converter permutes only llama), random biases on q, k, v
+    (seeded, about 2% of the weight rows' norm) and the qwen2 pre-tokenizer —
+    every difference of the architecture, on a model that still generates text."""
+    ref = Reference(args.model)
+    assert ref.arch == "llama", "make-qwen2 starts from a llama GGUF file"
+    rng = np.random.default_rng(args.seed)
+    hd = ref.head_dim
+    w = gguf.GGUFWriter(args.out, "qwen2")
+    for name, field in ref.reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if name == "tokenizer.ggml.pre":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        key = "qwen2." + name[len("llama."):] if name.startswith("llama.") else name
+        w.add_key_value(key, field.contents(), vtype, sub)
+    w.add_tokenizer_pre("qwen2")
+    for name, x in ref.t.items():
+        if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
+            heads = ref.n_heads if name.endswith("attn_q.weight") else ref.n_kv_heads
+            x = x.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
+        w.add_tensor(name, np.ascontiguousarray(x, dtype=np.float32))
+        for role in ("attn_q", "attn_k", "attn_v"):
+            if name.endswith(f".{role}.weight"):
+                scale = 0.02 * float(np.sqrt((x.astype(np.float64) ** 2).sum(1).mean()))
+                w.add_tensor(name[:-len("weight")] + "bias",
+                             (rng.standard_normal(x.shape[0]) * scale).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {args.out}: qwen2 architecture, q/k/v biases (seed {args.seed}), "
+          f"tokenizer.ggml.pre qwen2")
+    return 0
+
+
 def cmd_export_hf(args):
     ref = Reference(args.model)
     os.makedirs(args.out, exist_ok=True)
@@ -744,21 +801,26 @@ def cmd_export_hf(args):
              "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
     out = {"model.embed_tokens.weight": ref.t["token_embd.weight"],
            "model.norm.weight": ref.t["output_norm.weight"]}
+    llama = ref.arch == "llama"  # qwen2 files keep Hugging Face's row order
     for l in range(ref.n_layers):
         for g, h in names.items():
             w = ref.t[f"blk.{l}.{g}.weight"]
-            if g == "attn_q":
+            if llama and g == "attn_q":
                 w = unpermute(w, ref.n_heads)
-            elif g == "attn_k":
+            elif llama and g == "attn_k":
                 w = unpermute(w, ref.n_kv_heads)
             out[f"model.layers.{l}.{h}.weight"] = w
+            if f"blk.{l}.{g}.bias" in ref.t:
+                out[f"model.layers.{l}.{h}.bias"] = ref.t[f"blk.{l}.{g}.bias"]
     write_safetensors(os.path.join(args.out, "model.safetensors"), out)
     f = ref.reader.fields
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    a = ref.arch + "."
+    config = {"architectures": ["LlamaForCausalLM" if llama else "Qwen2ForCausalLM"],
+              "model_type": ref.arch,
               "_name_or_path": "SmolLM2-135M-Instruct (exported from GGUF by tests/llm/reference.py)",
               "vocab_size": ref.vocab, "hidden_size": ref.dim, "num_hidden_layers": ref.n_layers,
               "num_attention_heads": ref.n_heads, "num_key_value_heads": ref.n_kv_heads,
-              "intermediate_size": ref.ffn, "max_position_embeddings": int(f["llama.context_length"].contents()),
+              "intermediate_size": ref.ffn, "max_position_embeddings": int(f[a + "context_length"].contents()),
               "rope_theta": ref.theta, "rms_norm_eps": ref.eps, "tie_word_embeddings": True,
               "hidden_act": "silu", "rope_scaling": None if not args.rope_llama3 else dict(
                   zip(("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
@@ -808,6 +870,10 @@ def main():
     p.add_argument("--types", default="Q4_K,Q5_K,Q6_K,Q3_K,Q2_K,IQ4_XS,Q5_0,Q5_1,IQ4_NL")
     p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
                    help="add Llama 3.1 RoPE scaling as a rope_freqs.weight tensor")
+    p = sub.add_parser("make-qwen2")
+    p.add_argument("--model", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
     p = sub.add_parser("export-hf")
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
@@ -824,6 +890,8 @@ def main():
         return cmd_check_spm(args)
     if args.cmd == "check-pre-split":
         return cmd_check_pre_split(args)
+    if args.cmd == "make-qwen2":
+        return cmd_make_qwen2(args)
     if args.cmd == "requant":
         return cmd_requant(args)
     return cmd_export_hf(args)
