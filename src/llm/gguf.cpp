@@ -1,7 +1,6 @@
 #include "llm/gguf.h"
 
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
 
@@ -19,7 +18,7 @@ namespace {
 // A cursor over the file bytes; every read is checked against what is left.
 class Reader {
  public:
-  Reader(const std::vector<uint8_t>& bytes, const std::string& what) : b_(bytes), what_(what) {}
+  Reader(const FileBytes& bytes, const std::string& what) : b_(bytes), what_(what) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return b_.size() - pos_; }
@@ -50,7 +49,7 @@ class Reader {
   }
 
  private:
-  const std::vector<uint8_t>& b_;
+  const FileBytes& b_;
   const std::string& what_;
   uint64_t pos_ = 0;
 };
@@ -102,18 +101,14 @@ uint64_t GgufTensorInfo::numel() const {
 }
 
 GgufFile GgufFile::open(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) fail_file(path, "cannot open the file", ErrorCode::io_error);
-  const std::streamoff size = f.tellg();
-  if (size < 0) fail_file(path, "cannot read the file size", ErrorCode::io_error);
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  f.seekg(0);
-  if (!f.read(reinterpret_cast<char*>(bytes.data()), size))
-    fail_file(path, "cannot read the file", ErrorCode::io_error);
-  return parse(std::move(bytes), path);
+  return parse_bytes(FileBytes::map(path, "nibble::llm::GgufFile"), path);
 }
 
 GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& what) {
+  return parse_bytes(FileBytes(std::move(bytes)), what);
+}
+
+GgufFile GgufFile::parse_bytes(FileBytes bytes, const std::string& what) {
   GgufFile g;
   g.bytes_ = std::move(bytes);
   g.what_ = what;
@@ -231,6 +226,7 @@ std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   dequantize_ggml_blocks(t.type, bytes_.data() + data_start_ + t.offset,
                          t.numel() / ggml_block_elems(t.type), out.data());
+  bytes_.release(data_start_ + t.offset, t.nbytes);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "llm/file_util.h"
 #include "llm/ggml_blocks.h"
 
 namespace nibble::llm {
@@ -41,8 +42,9 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  /// Parses a whole file held in memory (the caller keeps `bytes` alive).
+  /// Parses a whole file held in memory (kept inside the object).
   static GgufFile parse(std::vector<uint8_t> bytes, const std::string& what = "buffer");
+  /// Maps the file (llm/file_util.h FileBytes) and parses it.
   static GgufFile open(const std::string& path);
 
   uint32_t version() const { return version_; }
@@ -55,11 +57,14 @@ class GgufFile {
   uint64_t get_uint(const std::string& key) const;
   double get_float(const std::string& key) const;
 
-  /// The tensor's values as f32, in file order (innermost dimension fastest).
+  /// The tensor's values as f32, in file order (innermost dimension fastest). A mapped file's
+  /// pages of the tensor are released afterwards: each tensor is read once when a model loads.
   std::vector<float> dequantize(const GgufTensorInfo& t) const;
 
  private:
-  std::vector<uint8_t> bytes_;
+  static GgufFile parse_bytes(FileBytes bytes, const std::string& what);
+
+  FileBytes bytes_;
   std::string what_;
   uint32_t version_ = 0;
   uint64_t data_start_ = 0;

@@ -179,6 +179,7 @@ class SafetensorsSource final : public WeightSource {
                    ", k = " + std::to_string(kp) + " needs " + stored_dtype(buf.view().dtype) +
                    " " + shape_str(want));
       std::memcpy(buf.data(), files_[f].data(*t), static_cast<size_t>(buf.nbytes()));
+      files_[f].release(*t);
     }
     return qw;
   }

@@ -38,10 +38,14 @@ int64_t SafetensorsTensor::numel() const {
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  return parse(read_file_bytes(path, "nibble::llm::SafetensorsFile"), path);
+  return parse_bytes(FileBytes::map(path, "nibble::llm::SafetensorsFile"), path);
 }
 
 SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, const std::string& what) {
+  return parse_bytes(FileBytes(std::move(bytes)), what);
+}
+
+SafetensorsFile SafetensorsFile::parse_bytes(FileBytes bytes, const std::string& what) {
   SafetensorsFile f;
   f.bytes_ = std::move(bytes);
   f.what_ = what;
@@ -147,6 +151,10 @@ const uint8_t* SafetensorsFile::data(const SafetensorsTensor& t) const {
   return bytes_.data() + data_start_ + t.begin;
 }
 
+void SafetensorsFile::release(const SafetensorsTensor& t) const {
+  bytes_.release(data_start_ + t.begin, t.end - t.begin);
+}
+
 std::vector<float> SafetensorsFile::to_f32(const SafetensorsTensor& t) const {
   const uint8_t* p = data(t);
   const auto n = static_cast<size_t>(t.numel());
@@ -174,6 +182,7 @@ std::vector<float> SafetensorsFile::to_f32(const SafetensorsTensor& t) const {
                   "BF16, F64)",
               ErrorCode::unsupported);
   }
+  release(t);
   return out;
 }
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "llm/file_util.h"
+
 namespace nibble::llm {
 
 struct SafetensorsTensor {
@@ -31,6 +33,7 @@ class SafetensorsFile {
 
   /// Parses a whole file held in memory (it is kept inside the object).
   static SafetensorsFile parse(std::vector<uint8_t> bytes, const std::string& what = "buffer");
+  /// Maps the file (llm/file_util.h FileBytes) and parses it.
   static SafetensorsFile open(const std::string& path);
 
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
@@ -41,13 +44,18 @@ class SafetensorsFile {
   const SafetensorsTensor& tensor(const std::string& name) const;
   const std::string& what() const { return what_; }
 
-  /// Values of an F32 / F16 / BF16 / F64 tensor as f32, row-major.
+  /// Values of an F32 / F16 / BF16 / F64 tensor as f32, row-major; a mapped file's pages of the
+  /// tensor are released afterwards (each tensor is read once when a model loads).
   std::vector<float> to_f32(const SafetensorsTensor& t) const;
   /// The raw bytes of a tensor (end − begin of them).
   const uint8_t* data(const SafetensorsTensor& t) const;
+  /// Releases a mapped file's pages of the tensor once its bytes were copied (FileBytes::release).
+  void release(const SafetensorsTensor& t) const;
 
  private:
-  std::vector<uint8_t> bytes_;
+  static SafetensorsFile parse_bytes(FileBytes bytes, const std::string& what);
+
+  FileBytes bytes_;
   std::string what_;
   uint64_t data_start_ = 0;
   std::vector<SafetensorsTensor> tensors_;
