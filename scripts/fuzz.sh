@@ -31,6 +31,6 @@ run() {
   echo "fuzz: ${t}s of $name fuzzing found no crash"
 }
 
-run gguf 3 4096 src/llm/gguf.cpp
+run gguf 3 4096 src/llm/gguf.cpp src/llm/ggml_blocks.cpp src/llm/file_util.cpp
 run safetensors 3 4096 src/llm/safetensors.cpp src/llm/json.cpp src/llm/file_util.cpp
-run hf_json 2 8192 src/llm/tokenizer.cpp src/llm/config.cpp src/llm/json.cpp src/llm/gguf.cpp
+run hf_json 2 8192 src/llm/tokenizer.cpp src/llm/config.cpp src/llm/json.cpp src/llm/gguf.cpp src/llm/ggml_blocks.cpp src/llm/file_util.cpp

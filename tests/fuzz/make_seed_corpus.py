@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the fuzzing seed corpora under tests/fuzz/corpus/: gguf/ (a small valid file with one
-tensor of each supported type and a few metadata kinds, mirroring tests/cpp/test_gguf.cpp),
+tensor of each of the first supported types and a few metadata kinds, mirroring
+tests/cpp/test_gguf.cpp, and one block of every other decoded type),
 safetensors/ (a valid file with F32/F16/BF16/I8 tensors and metadata) and hf_json/ (a tiny
 byte-level tokenizer.json and a config.json)."""
 import json
@@ -44,6 +45,31 @@ align(); b += struct.pack("<e", 0.25) + bytes((j - 16) & 0xFF for j in range(32)
 align(); b += struct.pack("<e", 2.0) + bytes(j | ((15 - j) << 4) for j in range(16))
 align(); b += struct.pack("<ee", 0.5, -1.0) + bytes(j | ((15 - j) << 4) for j in range(16))
 write("gguf", "sample.gguf", bytes(b))
+
+# One block of every other decoded type (pseudo-random bytes with a finite f16 scale at each
+# scale position, so the fuzzer starts inside every decoder).
+blocks = [("q5_0", 32, 6, 22, [0]), ("q5_1", 32, 7, 24, [0, 2]), ("iq4_nl", 32, 20, 18, [0]),
+          ("q2_k", 256, 10, 84, [80, 82]), ("q3_k", 256, 11, 110, [108]),
+          ("q4_k", 256, 12, 144, [0, 2]), ("q5_k", 256, 13, 176, [0, 2]),
+          ("q6_k", 256, 14, 210, [208]), ("iq4_xs", 256, 23, 136, [0])]
+b = bytearray()
+b += struct.pack("<IIQQ", 0x46554747, 3, len(blocks), 1)
+s("general.architecture"); b += struct.pack("<I", 8); s("llama")
+off = 0
+for name, elems, typ, size, _ in blocks:
+    s(name); b += struct.pack("<IQ", 1, elems); b += struct.pack("<IQ", typ, off)
+    off += (size + 31) // 32 * 32
+state = 12345
+for name, elems, typ, size, scales in blocks:
+    align()
+    blk = bytearray()
+    for _ in range(size):
+        state = (state * 1103515245 + 12345) % 2**31
+        blk.append(state >> 16 & 0xFF)
+    for at in scales:
+        blk[at:at + 2] = struct.pack("<e", 0.01)
+    b += blk
+write("gguf", "ggml_block_types.gguf", bytes(b))
 
 # ---- safetensors ----
 tensors = [("a", "F32", [2, 3], struct.pack("<6f", 1, -2, 3.5, 0, 1e-3, -7)),
