@@ -314,6 +314,31 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
     };
     t.set_bos_eos(id_of("bos_token_id", t.bos_id()), id_of("eos_token_id", t.eos_id()),
                   t.add_bos());
+    // Every listed EOS ends generation (Llama 3.1: <|end_of_text|>, <|eom_id|>, <|eot_id|>), and
+    // so do generation_config.json's.
+    auto end_ids = [&](const Json& j, const std::string& what) {
+      const Json* v = j.find("eos_token_id");
+      if (v == nullptr || v->is_null()) return;
+      const std::vector<Json> one = v->is_array() ? std::vector<Json>{} : std::vector<Json>{*v};
+      for (const Json& e : v->is_array() ? v->items() : one) {
+        if (!e.is_int() || e.integer() < 0 || e.integer() >= t.vocab_size())
+          fail_model(what + ": 'eos_token_id' holds a value that is not a token id");
+        t.add_end_of_generation(static_cast<int32_t>(e.integer()));
+      }
+    };
+    end_ids(cj, config.string());
+    const fs::path gen = dir / "generation_config.json";
+    if (fs::is_regular_file(gen))
+      end_ids(Json::parse(read_text_file(gen.string(), "nibble::llm::open_model"), gen.string()),
+              gen.string());
+    // The chat template, to recognise the chat format (tokenizer.chat_format()).
+    const fs::path tc = dir / "tokenizer_config.json";
+    if (fs::is_regular_file(tc)) {
+      const Json j =
+          Json::parse(read_text_file(tc.string(), "nibble::llm::open_model"), tc.string());
+      if (const Json* ct = j.find("chat_template"); ct != nullptr && ct->is_string())
+        t.set_chat_template(ct->string());
+    }
     m.tokenizer = std::move(t);
   }
   return m;

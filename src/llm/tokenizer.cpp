@@ -427,6 +427,48 @@ void Tokenizer::finish() {
     end_ids_.push_back(eos_id_);
 }
 
+void Tokenizer::add_end_of_generation(int32_t id) {
+  if (id < 0 || id >= vocab_size())
+    fail_tok("end-of-generation id " + std::to_string(id) + " is outside the vocabulary of " +
+             std::to_string(vocab_size()));
+  if (std::find(end_ids_.begin(), end_ids_.end(), id) == end_ids_.end()) end_ids_.push_back(id);
+}
+
+Tokenizer::ChatFormat Tokenizer::chat_format() const {
+  auto in_template = [&](const char* marker) {
+    return chat_template_.find(marker) != std::string::npos;
+  };
+  auto special = [&](const char* text) {
+    const int32_t id = find(text);
+    return id >= 0 && is_special(id);
+  };
+  if (in_template("<|start_header_id|>")) return ChatFormat::llama3;
+  if (in_template("<|im_start|>")) return ChatFormat::chatml;
+  if (in_template("[INST]")) return ChatFormat::inst;
+  if (special("<|start_header_id|>") && special("<|end_header_id|>") && special("<|eot_id|>"))
+    return ChatFormat::llama3;
+  if (special("<|im_start|>") && special("<|im_end|>")) return ChatFormat::chatml;
+  return ChatFormat::none;
+}
+
+std::string Tokenizer::chat_prompt(std::string_view user) const {
+  const std::string u(user);
+  switch (chat_format()) {
+    case ChatFormat::chatml:
+      return "<|im_start|>user\n" + u + "<|im_end|>\n<|im_start|>assistant\n";
+    case ChatFormat::llama3:
+      return "<|start_header_id|>user<|end_header_id|>\n\n" + u +
+             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    case ChatFormat::inst:
+      return "[INST] " + u + " [/INST]";
+    case ChatFormat::none:
+      break;
+  }
+  fail_tok("the model has no chat format nibble knows (ChatML <|im_start|>, Llama 3 "
+           "<|start_header_id|>, or [INST] in its chat template)",
+           ErrorCode::unsupported);
+}
+
 void Tokenizer::set_bos_eos(int32_t bos, int32_t eos, bool add_bos) {
   bos_id_ = bos;
   eos_id_ = eos;
@@ -488,6 +530,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
     const int64_t id = opt_uint(key, -1);
     if (id >= 0 && id < static_cast<int64_t>(n)) t.end_ids_.push_back(static_cast<int32_t>(id));
   }
+  if (md.count("tokenizer.chat_template")) t.chat_template_ = g.get_string("tokenizer.chat_template");
   if (kind == "gpt2") {
     t.model_ = Model::byte_bpe;
     t.add_bos_ = opt_bool("tokenizer.ggml.add_bos_token", false);
@@ -1025,6 +1068,19 @@ std::string Tokenizer::describe() const {
   if (ignore_merges_) s += " (whole-word tokens before merges)";
   s += ", bos " + std::to_string(bos_id_) + (add_bos() ? " (added)" : " (not added)");
   s += ", eos " + std::to_string(eos_id_);
+  if (end_ids_.size() > 1) {
+    s += " (generation ends at";
+    for (int32_t id : end_ids_) {
+      s += ' ';
+      s += std::to_string(id);
+    }
+    s += ")";
+  }
+  const ChatFormat cf = chat_format();
+  s += cf == ChatFormat::chatml   ? ", chat ChatML"
+       : cf == ChatFormat::llama3 ? ", chat Llama 3"
+       : cf == ChatFormat::inst   ? ", chat [INST]"
+                                  : "";
   return s;
 }
 

@@ -69,6 +69,24 @@ class Tokenizer {
 
   /// For loaders: ids from a config file (tokenizer.json carries no BOS/EOS of its own).
   void set_bos_eos(int32_t bos, int32_t eos, bool add_bos);
+  /// For loaders: one more id that ends generation (config.json or generation_config.json list
+  /// several, e.g. Llama 3.1's <|end_of_text|>, <|eom_id|>, <|eot_id|>).
+  void add_end_of_generation(int32_t id);
+
+  /// The chat format of the model: how one user turn is wrapped so that the model answers.
+  enum class ChatFormat : uint8_t { none, chatml, llama3, inst };
+  /// Found from the model's chat template (GGUF tokenizer.chat_template, tokenizer_config.json
+  /// chat_template) when it names one of the formats' markers, else from the special tokens of
+  /// the vocabulary (<|im_start|>, <|start_header_id|>).
+  ChatFormat chat_format() const;
+  /// `user` as one user turn followed by the start of the assistant's: ChatML
+  /// "<|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n", Llama 3
+  /// "<|start_header_id|>user<|end_header_id|>\n\n...<|eot_id|><|start_header_id|>assistant
+  /// <|end_header_id|>\n\n", or Llama 2 / Mistral "[INST] ... [/INST]" (BOS, when the model adds
+  /// one, comes from encode()). Throws unsupported when chat_format() is none.
+  std::string chat_prompt(std::string_view user) const;
+  /// For loaders: the chat template text (Jinja), used only to recognise the format.
+  void set_chat_template(std::string t) { chat_template_ = std::move(t); }
 
  private:
   void finish();  // builds the lookup tables from tokens_, merges, specials
@@ -93,6 +111,7 @@ class Tokenizer {
   std::vector<int32_t> byte_token_;  // byte-level: byte → id of its mapped char; else <0xXX>
   std::vector<int32_t> specials_by_length_;  // special ids, longest text first
   std::vector<int32_t> end_ids_;
+  std::string chat_template_;
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   bool add_bos_ = false;
   bool add_space_prefix_ = false;  // sentencepiece / char_bpe: prepend "▁"

@@ -4,6 +4,10 @@
 // `tokenizers` (tests/llm/data/smollm2_tokens.json; how: tests/llm/reference.py tokens).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -189,6 +193,58 @@ TEST(LlmTokenizer, IgnoreMergesTakesWholeVocabularyWords) {
   const Tokenizer t = Tokenizer::from_hf_json(json, "ignore_merges");
   EXPECT_EQ(t.encode(" the"), (Ids{258}));
   EXPECT_EQ(t.encode(" then"), (Ids{32, 't', 'h', 'e', 'n'}));  // no whole word: bytes
+}
+
+TEST(LlmTokenizer, ChatFormatFromTheTemplateOrTheSpecialTokens) {
+  const std::string byte_level = "{\"type\":\"ByteLevel\"}";
+  Tokenizer t = Tokenizer::from_hf_json(byte_level_json(true, byte_level), "tiny");
+  EXPECT_EQ(t.chat_format(), Tokenizer::ChatFormat::none);
+  EXPECT_THROW(t.chat_prompt("hi"), Error);
+  t.set_chat_template("{% for m in messages %}<|start_header_id|>{{ m['role'] }}...");
+  EXPECT_EQ(t.chat_format(), Tokenizer::ChatFormat::llama3);
+  EXPECT_EQ(t.chat_prompt("Hi?"),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|><|start_header_id|>"
+            "assistant<|end_header_id|>\n\n");
+  t.set_chat_template("{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]");
+  EXPECT_EQ(t.chat_prompt("Hi?"), "[INST] Hi? [/INST]");
+  t.set_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n");
+  EXPECT_EQ(t.chat_prompt("Hi?"), "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n");
+  // Without a template, ChatML's special tokens in the vocabulary are enough.
+  std::string json = byte_level_json(true, byte_level);
+  const std::string added = "{\"id\":260,\"content\":\"<|end|>\",\"special\":true}";
+  json.replace(json.find(added), added.size(),
+               added + ",{\"id\":261,\"content\":\"<|im_start|>\",\"special\":true},"
+                       "{\"id\":262,\"content\":\"<|im_end|>\",\"special\":true}");
+  EXPECT_EQ(Tokenizer::from_hf_json(json, "chatml").chat_format(), Tokenizer::ChatFormat::chatml);
+}
+
+// A Hugging Face directory whose config.json lists several EOS ids, with a generation_config.json
+// and a tokenizer_config.json chat template: every listed id ends generation.
+TEST(LlmTokenizer, HuggingFaceDirectoryEndIdsAndChatTemplate) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("nibble-eos-" + std::to_string(::getpid()));
+  ModelConfig c;
+  c.vocab_size = 261, c.dim = 64, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2;
+  c.head_dim = 32, c.ffn_dim = 64, c.max_context = 32, c.tied_embeddings = true;
+  ModelFiles m = random_model(c, 7);
+  m.tokenizer = Tokenizer::from_hf_json(byte_level_json(true, "{\"type\":\"ByteLevel\"}"), "tiny");
+  write_nibble_checkpoint(m, "w8a8", "bf16", dir.string());
+  auto write = [&](const char* name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+  };
+  std::string config = read_text_file((dir / "config.json").string(), "test");
+  config.replace(config.rfind('}'), 1, ", \"eos_token_id\": [258, 259]}");
+  write("config.json", config);
+  write("generation_config.json", "{\"eos_token_id\": [257, 258]}");
+  write("tokenizer_config.json", "{\"chat_template\": \"<|start_header_id|>...\"}");
+  const ModelFiles back = open_model(dir.string());
+  ASSERT_TRUE(back.tokenizer);
+  for (int32_t id : {257, 258, 259}) EXPECT_TRUE(back.tokenizer->is_end_of_generation(id)) << id;
+  EXPECT_FALSE(back.tokenizer->is_end_of_generation(256));
+  EXPECT_EQ(back.tokenizer->chat_format(), Tokenizer::ChatFormat::llama3);
+  write("generation_config.json", "{\"eos_token_id\": [9999]}");
+  EXPECT_THROW(open_model(dir.string()), Error);
+  fs::remove_all(dir);
 }
 
 TEST(LlmTokenizer, UnsupportedOrMalformedTokenizerJsonIsRejected) {

@@ -242,11 +242,12 @@ int run_generate(int argc, char** argv) {
     } else if (tok != nullptr) {
       std::string text = a.get("prompt", "Once upon a time,");
       if (a.has("chat")) {
-        if (tok->model() != llm::Tokenizer::Model::byte_bpe ||
-            tok->encode("<|im_start|>", false).size() != 1)
+        if (tok->chat_format() == llm::Tokenizer::ChatFormat::none)
           usage_error("generate",
-                      "--chat needs a ChatML vocabulary (<|im_start|>), which this model lacks");
-        text = "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n";
+                      "--chat needs a chat format nibble knows (ChatML <|im_start|>, Llama 3 "
+                      "<|start_header_id|>, or [INST] in the model's chat template); this model "
+                      "has none");
+        text = tok->chat_prompt(text);
       }
       prompt = tok->encode(text);
     } else {  // random weights: a deterministic prompt of --prompt-len ids
