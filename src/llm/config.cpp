@@ -1,5 +1,6 @@
 #include "llm/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -176,6 +177,12 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
     if (!t->is_bool()) fail_cfg(what, "'tie_word_embeddings' is not a boolean");
     c.tied_embeddings = t->boolean();
   }
+  // A sliding attention window (Mistral 7B v0.1: 4096) changes attention only past the window:
+  // the runner attends to the whole context, so the usable context is cut to the window. (Qwen2
+  // configs carry a window with use_sliding_window = false: not applied, as in the reference.)
+  if (const Json* sw = get("sliding_window"); sw != nullptr && sw->is_int() && sw->integer() > 0 &&
+                                               arch == "llama")
+    c.max_context = std::min(c.max_context, sw->integer());
   c.validate(what);
   return c;
 }

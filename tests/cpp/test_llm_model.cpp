@@ -221,6 +221,15 @@ TEST(LlmConfig, Qwen2AndLlamaAttentionBiases) {
   EXPECT_EQ(canonical_tensor_name("model.layers.3.self_attn.v_proj.bias"), "blk.3.attn_v.bias");
 }
 
+TEST(LlmConfig, MistralSlidingWindowLimitsTheContext) {
+  std::string json = kSmolConfig;
+  const std::string from = "\"model_type\": \"llama\"";
+  json.replace(json.find(from), from.size(), "\"model_type\": \"mistral\", \"sliding_window\": 4096");
+  EXPECT_EQ(ModelConfig::from_hf_json(json, "mistral").max_context, 4096);
+  json.replace(json.find("4096"), 4, "null");
+  EXPECT_EQ(ModelConfig::from_hf_json(json, "mistral v0.2").max_context, 8192);
+}
+
 TEST(LlmModelFiles, TensorNamesAndTheGgufQkPermutation) {
   EXPECT_EQ(canonical_tensor_name("model.layers.12.self_attn.k_proj.weight"),
             "blk.12.attn_k.weight");
