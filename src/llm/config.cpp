@@ -21,8 +21,8 @@ namespace {
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2")
-    fail_cfg("GGUF", "general.architecture is '" + arch + "'; 'llama' and 'qwen2' are supported",
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+    fail_cfg("GGUF", "general.architecture is '" + arch + "'; llama, qwen2 and qwen3 are supported",
              ErrorCode::unsupported);
   const auto& md = g.metadata();
   const std::string k = arch + ".";  // the keys are prefixed by the architecture
@@ -30,6 +30,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.arch = arch;
   c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3";
   if (md.count("general.name")) c.name = g.get_string("general.name");
   c.dim = u("embedding_length");
   c.n_layers = u("block_count");
@@ -103,17 +104,19 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
   if (const Json* mt = get("model_type"); mt != nullptr) {
     if (!mt->is_string()) fail_cfg(what, "'model_type' is not a string");
     const std::string& t = mt->string();
-    if (t != "llama" && t != "mistral" && t != "qwen2")
-      fail_cfg(what, "model_type '" + t + "' is not a Llama-family decoder (llama, mistral, qwen2)",
+    if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3")
+      fail_cfg(what,
+               "model_type '" + t + "' is not a Llama-family decoder (llama, mistral, qwen2, qwen3)",
                ErrorCode::unsupported);
-    if (t == "qwen2") arch = "qwen2";
+    if (t == "qwen2" || t == "qwen3") arch = t;
   }
   if (const Json* b = get("mlp_bias"); b != nullptr && b->is_bool() && b->boolean())
     fail_cfg(what, "mlp_bias = true is not supported (biases on the attention projections only)",
              ErrorCode::unsupported);
   const Json* attention_bias = get("attention_bias");
-  const bool llama_bias = arch == "llama" && attention_bias != nullptr &&
-                          attention_bias->is_bool() && attention_bias->boolean();
+  // Llama's and Qwen3's attention_bias puts biases on q, k, v and o; Qwen2 always has q, k, v's.
+  const bool four_biases = arch != "qwen2" && attention_bias != nullptr &&
+                           attention_bias->is_bool() && attention_bias->boolean();
   // Qwen2's sliding window changes attention beyond `sliding_window` tokens; refuse it rather
   // than attend differently.
   if (const Json* sw = get("use_sliding_window"); sw != nullptr && sw->is_bool() && sw->boolean())
@@ -123,8 +126,9 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
     fail_cfg(what, "hidden_act must be \"silu\"", ErrorCode::unsupported);
   ModelConfig c;
   c.arch = arch;
-  c.qkv_bias = arch == "qwen2" || llama_bias;
-  c.o_bias = llama_bias;
+  c.qkv_bias = arch == "qwen2" || four_biases;
+  c.o_bias = four_biases;
+  c.qk_norm = arch == "qwen3";
   if (const Json* n = get("_name_or_path"); n != nullptr && n->is_string()) c.name = n->string();
   c.vocab_size = req_int("vocab_size");
   c.dim = req_int("hidden_size");
@@ -234,8 +238,10 @@ void ModelConfig::validate(const std::string& what) const {
   in("head_dim", head_dim, 2, 1024);
   in("ffn_dim", ffn_dim, 1, 1 << 20);
   in("max_context", max_context, 1, 1 << 24);
-  if (arch != "llama" && arch != "qwen2")
-    fail_cfg(what, "arch '" + arch + "' is not 'llama' or 'qwen2'");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+    fail_cfg(what, "arch '" + arch + "' is not llama, qwen2 or qwen3");
+  if (qk_norm != (arch == "qwen3"))
+    fail_cfg(what, "the per-head q/k RMSNorm belongs to qwen3 decoders (and they have it)");
   if (arch == "qwen2" && (!qkv_bias || o_bias))
     fail_cfg(what, "a qwen2 decoder has biases on q, k, v and none on the output projection");
   if (n_heads % n_kv_heads != 0)
@@ -332,13 +338,15 @@ std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
   };
   auto i = [](int64_t v) { return std::to_string(v); };
   const bool qwen2 = arch == "qwen2";
-  std::string s = std::string("{\n  \"architectures\": [\"") +
-                  (qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM") + "\"],\n  \"model_type\": \"" +
-                  arch + "\",\n";
+  const char* cls = qwen2 ? "Qwen2ForCausalLM" : arch == "qwen3" ? "Qwen3ForCausalLM"
+                                                                 : "LlamaForCausalLM";
+  std::string s = std::string("{\n  \"architectures\": [\"") + cls +
+                  "\"],\n  \"model_type\": \"" + arch + "\",\n";
   if (!qwen2 && (qkv_bias || o_bias)) {
     if (!(qkv_bias && o_bias))
-      detail::fail(ErrorCode::unsupported, "nibble::llm::ModelConfig: a Llama config.json has "
-                                           "biases on all four attention projections or none");
+      detail::fail(ErrorCode::unsupported, "nibble::llm::ModelConfig: a " + arch +
+                                               " config.json has biases on all four attention "
+                                               "projections or none");
     s += "  \"attention_bias\": true,\n";
   }
   s += "  \"_name_or_path\": " + json_quote(name) + ",\n";
@@ -386,6 +394,7 @@ std::string ModelConfig::describe() const {
                 tied_embeddings ? "tied" : "separate", static_cast<double>(n_params()) / 1e6);
   std::string out = buf;
   if (qkv_bias) out += o_bias ? ", q/k/v/o biases" : ", q/k/v biases";
+  if (qk_norm) out += ", per-head q/k RMSNorm";
   if (!rope_scaling.type.empty()) {
     std::snprintf(buf, sizeof buf, ", rope scaling %s x%g", rope_scaling.type.c_str(),
                   rope_scaling.factor);

@@ -25,8 +25,9 @@ class GgufFile;
 
 struct ModelConfig {
   std::string name;  ///< for reports, e.g. "SmolLM2-135M-Instruct"
-  /// "llama" (Llama, Mistral, SmolLM, ...) or "qwen2": the same decoder with biases on the q, k
-  /// and v projections, whose GGUF files keep the Q/K rows in Hugging Face's order.
+  /// "llama" (Llama, Mistral, SmolLM, ...), "qwen2" (the same decoder with biases on the q, k
+  /// and v projections) or "qwen3" (no biases; an RMSNorm over each head of q and k before RoPE).
+  /// Qwen GGUF files keep the Q/K rows in Hugging Face's order.
   std::string arch = "llama";
   int64_t vocab_size = 0;
   int64_t dim = 0;  ///< hidden size (embedding_length)
@@ -41,6 +42,7 @@ struct ModelConfig {
   bool tied_embeddings = false;  ///< output projection = token embedding
   bool qkv_bias = false;  ///< the q, k, v projections add a bias (Qwen2; Llama's attention_bias)
   bool o_bias = false;    ///< the attention output projection too (Llama's attention_bias)
+  bool qk_norm = false;   ///< q and k get an RMSNorm per head (weights head_dim; Qwen3)
   /// RoPE scaling as the model's config states it, for reports and config.json: "" (none or
   /// per-pair divisors from a GGUF file), "linear" or "llama3" with their parameters.
   struct RopeScaling {

@@ -35,6 +35,7 @@ struct Layer {
   std::vector<float> attn_norm, ffn_norm;
   std::unique_ptr<StrategyLinear> wq, wk, wv, wo, w_gate, w_up, w_down;
   std::vector<float> bq, bk, bv, bo;  // attention biases (Qwen2: q, k, v); empty when none
+  std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights of q and k (Qwen3); or empty
 };
 
 // y (rows, n) += bias (n) on every row; nothing for an empty bias.
@@ -124,6 +125,10 @@ class CpuBackend final : public Backend, public BlockRunner {
         L.bv = src.load(p + "attn_v.bias", {kvd});
       }
       if (c_.o_bias) L.bo = src.load(p + "attn_output.bias", {d});
+      if (c_.qk_norm) {
+        L.q_norm = src.load(p + "attn_q_norm.weight", {hd});
+        L.k_norm = src.load(p + "attn_k_norm.weight", {hd});
+      }
       layers_.push_back(std::move(L));
     }
     k_cache_.assign(static_cast<size_t>(n_layers_ * max_ctx_ * kvd), 0.0f);
@@ -255,6 +260,10 @@ class CpuBackend final : public Backend, public BlockRunner {
     add_bias(q, m, L.bq);
     add_bias(k, m, L.bk);
     add_bias(v, m, L.bv);
+    if (c_.qk_norm) {  // each head of q and k is one row of an RMSNorm over head_dim
+      rmsnorm(q, L.q_norm.data(), m * c_.n_heads, hd, c_.norm_eps, q);
+      rmsnorm(k, L.k_norm.data(), m * c_.n_kv_heads, hd, c_.norm_eps, k);
+    }
     for (int64_t t = 0; t < m; ++t) {
       rope(q + t * qd, c_.n_heads, pos + t);
       rope(k + t * kvd, c_.n_kv_heads, pos + t);

@@ -62,7 +62,7 @@ class GgufSource final : public WeightSource {
     check_shape("GGUF", name, dims, shape);
     std::vector<float> w = g_.dequantize(t);
     bool is_q = false;
-    if (c_.arch == "llama" && is_q_or_k(name, is_q))  // qwen2 files keep Hugging Face's order
+    if (c_.arch == "llama" && is_q_or_k(name, is_q))  // Qwen files keep Hugging Face's order
       unpermute_gguf_qk(w, is_q ? c_.n_heads : c_.n_kv_heads, c_.head_dim, c_.dim);
     return w;
   }
@@ -95,6 +95,8 @@ const std::pair<const char*, const char*> kBlockTensorRoles[] = {
     {"self_attn.k_proj.bias", "attn_k.bias"},
     {"self_attn.v_proj.bias", "attn_v.bias"},
     {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
@@ -489,6 +491,10 @@ void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std
       floats(p + "attn_v.bias", {kvd});
     }
     if (c.o_bias) floats(p + "attn_output.bias", {d});
+    if (c.qk_norm) {
+      floats(p + "attn_q_norm.weight", {c.head_dim});
+      floats(p + "attn_k_norm.weight", {c.head_dim});
+    }
     quantized(p + "ffn_gate.weight", c.ffn_dim, d);
     quantized(p + "ffn_up.weight", c.ffn_dim, d);
     quantized(p + "ffn_down.weight", d, c.ffn_dim);

@@ -197,6 +197,10 @@ ModelFiles quantize_model(ModelFiles& model, const std::vector<std::vector<int32
       copy(p + "attn_v.bias", {kvd});
     }
     if (c.o_bias) copy(p + "attn_output.bias", {d});
+    if (c.qk_norm) {  // on q's and k's outputs: smoothing their inputs leaves them alone
+      copy(p + "attn_q_norm.weight", {c.head_dim});
+      copy(p + "attn_k_norm.weight", {c.head_dim});
+    }
     for (BlockLinear which : kBlockLinears) {
       const LinearShape s = linear_shape(c, which);
       copy(tensor_name(l, which), {s.n, s.k});

@@ -219,6 +219,18 @@ TEST(LlmConfig, Qwen2AndLlamaAttentionBiases) {
     }
   }
   EXPECT_EQ(canonical_tensor_name("model.layers.3.self_attn.v_proj.bias"), "blk.3.attn_v.bias");
+  // Qwen3: no biases unless attention_bias (then on all four), per-head q/k RMSNorm.
+  std::string qwen3 = kSmolConfig;
+  qwen3.replace(qwen3.find(from), from.size(), "\"model_type\": \"qwen3\", \"head_dim\": 128");
+  const ModelConfig q3 = ModelConfig::from_hf_json(qwen3, "qwen3");
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_FALSE(q3.qkv_bias || q3.o_bias);
+  EXPECT_EQ(q3.head_dim, 128);  // q is 9 × 128 wide, not the hidden size 576
+  const ModelConfig q3_back = ModelConfig::from_hf_json(q3.to_hf_json(1, 2), "exported");
+  EXPECT_TRUE(q3_back.qk_norm);
+  EXPECT_EQ(q3_back.head_dim, 128);
+  EXPECT_EQ(canonical_tensor_name("model.layers.0.self_attn.k_norm.weight"),
+            "blk.0.attn_k_norm.weight");
 }
 
 TEST(LlmConfig, MistralSlidingWindowLimitsTheContext) {

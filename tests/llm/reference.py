@@ -16,8 +16,8 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   check-tokens compare `nibble tokenize` with `tokenizers` on a whole text file
   check-spm    train a SentencePiece BPE model, write it as a GGUF "llama" vocabulary, and
                compare `nibble tokenize` with `sentencepiece` on a whole text file
-  make-qwen2   write the model as a Qwen2 GGUF file (qwen2.* keys, Q/K rows in Hugging Face's
-               order, random q/k/v biases, the qwen2 pre-tokenizer), for the qwen2 path
+  make-arch    write the model as a Qwen2 or Qwen3 GGUF file (their keys, Q/K rows in Hugging
+               Face's order, random q/k/v biases or q/k norms, the qwen2 pre-tokenizer)
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
   check-pre-split  nibble's Llama 3 / Qwen2 pre-tokenizer (tokenizer.ggml.pre llama-bpe, qwen2;
@@ -60,7 +60,7 @@ class Reference:
         self.dim = int(val(a + "embedding_length"))
         self.n_heads = int(val(a + "attention.head_count"))
         self.n_kv_heads = int(val(a + "attention.head_count_kv", self.n_heads))
-        self.head_dim = self.dim // self.n_heads
+        self.head_dim = int(val(a + "attention.key_length", self.dim // self.n_heads))
         self.ffn = int(val(a + "feed_forward_length"))
         self.theta = float(val(a + "rope.freq_base", 10000.0))
         self.rope_freqs = None  # Llama 3.1-style per-pair divisors (llama.cpp's rope_freqs)
@@ -112,6 +112,9 @@ class Reference:
                 for k in ("attn_q", "attn_k", "attn_v", "attn_output"):
                     b = p + k + ".bias"
                     self.W[l][k + "_b"] = self.w(b) if b in self.t else 0.0
+                for k in ("attn_q_norm", "attn_k_norm"):  # qwen3: RMSNorm over each head
+                    n = p + k + ".weight"
+                    self.W[l][k] = self.w(n) if n in self.t else None
         W = self.W
         emb = self.w("token_embd.weight")
         out_w = self.out.astype(np.float64)
@@ -122,8 +125,12 @@ class Reference:
             for l in range(self.n_layers):
                 L = W[l]
                 h = self.rmsnorm(x, L["attn_norm"])
-                q = self.rope((L["attn_q"] @ h + L["attn_q_b"]).reshape(H, hd), pos)
-                k = self.rope((L["attn_k"] @ h + L["attn_k_b"]).reshape(KV, hd), pos)
+                q = (L["attn_q"] @ h + L["attn_q_b"]).reshape(H, hd)
+                k = (L["attn_k"] @ h + L["attn_k_b"]).reshape(KV, hd)
+                if L["attn_q_norm"] is not None:
+                    q = np.stack([self.rmsnorm(r, L["attn_q_norm"]) for r in q])
+                    k = np.stack([self.rmsnorm(r, L["attn_k_norm"]) for r in k])
+                q, k = self.rope(q, pos), self.rope(k, pos)
                 v = (L["attn_v"] @ h + L["attn_v_b"]).reshape(KV, hd)
                 cache[l][0].append(k)
                 cache[l][1].append(v)
@@ -748,16 +755,18 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def cmd_make_qwen2(args):
-    """The model as a Qwen2 GGUF file: general.architecture qwen2 (keys qwen2.*), Q/K rows in
-    Hugging Face's order (llama.cpp's converter permutes only llama), random biases on q, k, v
-    (seeded, about 2% of the weight rows' norm) and the qwen2 pre-tokenizer —
-    every difference of the architecture, on a model that still generates text."""
+def cmd_make_arch(args):
+    """The model as a Qwen2 or Qwen3 GGUF file: general.architecture qwen2/qwen3 (keys qwen2.*,
+    qwen3.*), Q/K rows in Hugging Face's order (llama.cpp's converter permutes only llama), the
+    qwen2 pre-tokenizer, and, seeded: qwen2's biases on q, k, v (about 2% of the weight rows'
+    norm), or qwen3's per-head q/k RMSNorm weights (1 ± 0.2) — every difference of the
+    architecture, on a model that still generates text."""
     ref = Reference(args.model)
-    assert ref.arch == "llama", "make-qwen2 starts from a llama GGUF file"
+    assert ref.arch == "llama", "make-arch starts from a llama GGUF file"
+    arch = args.arch
     rng = np.random.default_rng(args.seed)
     hd = ref.head_dim
-    w = gguf.GGUFWriter(args.out, "qwen2")
+    w = gguf.GGUFWriter(args.out, arch)
     for name, field in ref.reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
@@ -765,24 +774,30 @@ def cmd_make_qwen2(args):
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        key = "qwen2." + name[len("llama."):] if name.startswith("llama.") else name
+        key = arch + "." + name[len("llama."):] if name.startswith("llama.") else name
         w.add_key_value(key, field.contents(), vtype, sub)
     w.add_tokenizer_pre("qwen2")
+    w.add_key_length(hd)
+    w.add_value_length(hd)
     for name, x in ref.t.items():
         if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
             heads = ref.n_heads if name.endswith("attn_q.weight") else ref.n_kv_heads
             x = x.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
         w.add_tensor(name, np.ascontiguousarray(x, dtype=np.float32))
         for role in ("attn_q", "attn_k", "attn_v"):
-            if name.endswith(f".{role}.weight"):
+            if arch == "qwen2" and name.endswith(f".{role}.weight"):
                 scale = 0.02 * float(np.sqrt((x.astype(np.float64) ** 2).sum(1).mean()))
                 w.add_tensor(name[:-len("weight")] + "bias",
                              (rng.standard_normal(x.shape[0]) * scale).astype(np.float32))
+            if arch == "qwen3" and role != "attn_v" and name.endswith(f".{role}.weight"):
+                w.add_tensor(name[:-len("weight")].replace(role, role + "_norm") + "weight",
+                             (1 + 0.2 * rng.standard_normal(hd)).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"wrote {args.out}: qwen2 architecture, q/k/v biases (seed {args.seed}), "
+    what = "q/k/v biases" if arch == "qwen2" else "per-head q/k RMSNorm weights"
+    print(f"wrote {args.out}: {arch} architecture, {what} (seed {args.seed}), "
           f"tokenizer.ggml.pre qwen2")
     return 0
 
@@ -798,12 +813,15 @@ def cmd_export_hf(args):
     names = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
              "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
              "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+             "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm"}
     out = {"model.embed_tokens.weight": ref.t["token_embd.weight"],
            "model.norm.weight": ref.t["output_norm.weight"]}
     llama = ref.arch == "llama"  # qwen2 files keep Hugging Face's row order
     for l in range(ref.n_layers):
         for g, h in names.items():
+            if f"blk.{l}.{g}.weight" not in ref.t:  # the q/k norms of qwen3 only
+                continue
             w = ref.t[f"blk.{l}.{g}.weight"]
             if llama and g == "attn_q":
                 w = unpermute(w, ref.n_heads)
@@ -815,8 +833,9 @@ def cmd_export_hf(args):
     write_safetensors(os.path.join(args.out, "model.safetensors"), out)
     f = ref.reader.fields
     a = ref.arch + "."
-    config = {"architectures": ["LlamaForCausalLM" if llama else "Qwen2ForCausalLM"],
-              "model_type": ref.arch,
+    config = {"architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                 "qwen3": "Qwen3ForCausalLM"}[ref.arch]],
+              "model_type": ref.arch, "head_dim": hd,
               "_name_or_path": "SmolLM2-135M-Instruct (exported from GGUF by tests/llm/reference.py)",
               "vocab_size": ref.vocab, "hidden_size": ref.dim, "num_hidden_layers": ref.n_layers,
               "num_attention_heads": ref.n_heads, "num_key_value_heads": ref.n_kv_heads,
@@ -870,7 +889,8 @@ def main():
     p.add_argument("--types", default="Q4_K,Q5_K,Q6_K,Q3_K,Q2_K,IQ4_XS,Q5_0,Q5_1,IQ4_NL")
     p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
                    help="add Llama 3.1 RoPE scaling as a rope_freqs.weight tensor")
-    p = sub.add_parser("make-qwen2")
+    p = sub.add_parser("make-arch")
+    p.add_argument("--arch", choices=["qwen2", "qwen3"], required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
@@ -890,8 +910,8 @@ def main():
         return cmd_check_spm(args)
     if args.cmd == "check-pre-split":
         return cmd_check_pre_split(args)
-    if args.cmd == "make-qwen2":
-        return cmd_make_qwen2(args)
+    if args.cmd == "make-arch":
+        return cmd_make_arch(args)
     if args.cmd == "requant":
         return cmd_requant(args)
     return cmd_export_hf(args)

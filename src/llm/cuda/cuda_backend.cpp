@@ -159,10 +159,10 @@ class CudaBackend final : public Backend {
       : c_(files.config), dev_(Device::cuda(ordinal)), fuse_(opt.fuse_activation_quant) {
     // Attention biases (Qwen2) are not in the GPU block yet: refuse before any allocation
     // rather than run the model without them.
-    if (c_.qkv_bias || c_.o_bias)
+    if (c_.qkv_bias || c_.o_bias || c_.qk_norm)
       detail::fail(ErrorCode::unsupported,
-                   "nibble::llm: " + c_.arch + " models with attention biases run on the CPU "
-                   "backend (--device cpu); the CUDA backend does not add them yet");
+                   "nibble::llm: " + c_.arch + " models with attention biases or q/k norms run on "
+                   "the CPU backend (--device cpu); the CUDA backend does not apply them yet");
     const int count = cuda_device_count();
     if (ordinal < 0 || ordinal >= count)
       detail::fail(ErrorCode::unsupported,
