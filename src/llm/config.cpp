@@ -193,8 +193,9 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
 
 ModelConfig ModelConfig::preset(const std::string& arch) {
   ModelConfig c;
-  auto sizes = [&c](int64_t vocab, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads,
-                    int64_t ffn) {
+  auto set = [&c](const char* name, int64_t vocab, int64_t dim, int64_t layers, int64_t heads,
+                  int64_t kv_heads, int64_t ffn, double theta, bool tied) {
+    c.name = name;
     c.vocab_size = vocab;
     c.dim = dim;
     c.n_layers = layers;
@@ -202,21 +203,16 @@ ModelConfig ModelConfig::preset(const std::string& arch) {
     c.n_kv_heads = kv_heads;
     c.head_dim = dim / heads;
     c.ffn_dim = ffn;
+    c.max_context = 8192;
+    c.rope_theta = theta;
+    c.norm_eps = 1e-5;
+    c.tied_embeddings = tied;
   };
   if (arch == "llama3-8b") {  // Meta-Llama-3-8B config.json
-    c.name = "Llama-3-8B architecture (random weights)";
-    sizes(128256, 4096, 32, 32, 8, 14336);
-    c.max_context = 8192;
-    c.rope_theta = 500000.0;
-    c.norm_eps = 1e-5;
-    c.tied_embeddings = false;
+    set("Llama-3-8B architecture (random weights)", 128256, 4096, 32, 32, 8, 14336, 500000.0,
+        false);
   } else if (arch == "smollm2-135m") {  // SmolLM2-135M config.json
-    c.name = "SmolLM2-135M architecture (random weights)";
-    sizes(49152, 576, 30, 9, 3, 1536);
-    c.max_context = 8192;
-    c.rope_theta = 100000.0;
-    c.norm_eps = 1e-5;
-    c.tied_embeddings = true;
+    set("SmolLM2-135M architecture (random weights)", 49152, 576, 30, 9, 3, 1536, 100000.0, true);
   } else {
     fail_cfg("preset", "unknown architecture '" + arch + "' (llama3-8b, smollm2-135m)");
   }

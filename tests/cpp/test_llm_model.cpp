@@ -80,18 +80,23 @@ TEST(LlmConfig, BadConfigsNameTheProblem) {
   EXPECT_THROW(ModelConfig::preset("gpt-5"), Error);
 }
 
+// The metadata of a tiny llama GGUF file (8 wide, 2 heads, 10 tokens), after its header.
+void tiny_llama_metadata(test::GgufWriter& w, uint32_t layers, uint32_t kv_heads, float theta) {
+  w.kv_string("general.architecture", "llama");
+  w.kv_u32("llama.embedding_length", 8);
+  w.kv_u32("llama.block_count", layers);
+  w.kv_u32("llama.attention.head_count", 2);
+  w.kv_u32("llama.attention.head_count_kv", kv_heads);
+  w.kv_u32("llama.feed_forward_length", 16);
+  w.kv_u32("llama.context_length", 64);
+  w.kv_f32("llama.rope.freq_base", theta);
+  w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+}
+
 TEST(LlmConfig, FromGgufMetadataWithTiedEmbeddings) {
   test::GgufWriter w;
   w.header(1, 9);
-  w.kv_string("general.architecture", "llama");
-  w.kv_u32("llama.embedding_length", 8);
-  w.kv_u32("llama.block_count", 2);
-  w.kv_u32("llama.attention.head_count", 2);
-  w.kv_u32("llama.attention.head_count_kv", 1);
-  w.kv_u32("llama.feed_forward_length", 16);
-  w.kv_u32("llama.context_length", 64);
-  w.kv_f32("llama.rope.freq_base", 5000.0f);
-  w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+  tiny_llama_metadata(w, 2, 1, 5000.0f);
   w.tensor("token_embd.weight", {8, 10}, 0, 0);
   w.align();
   w.bytes.resize(w.bytes.size() + 8 * 10 * 4, 0);
@@ -159,15 +164,7 @@ TEST(LlmConfig, GgufRopeFreqsTensorDividesTheRates) {
   auto file = [](uint64_t n_factors) {
     test::GgufWriter w;
     w.header(2, 9);
-    w.kv_string("general.architecture", "llama");
-    w.kv_u32("llama.embedding_length", 8);
-    w.kv_u32("llama.block_count", 1);
-    w.kv_u32("llama.attention.head_count", 2);
-    w.kv_u32("llama.attention.head_count_kv", 2);
-    w.kv_u32("llama.feed_forward_length", 16);
-    w.kv_u32("llama.context_length", 64);
-    w.kv_f32("llama.rope.freq_base", 10000.0f);
-    w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    tiny_llama_metadata(w, 1, 2, 10000.0f);
     w.tensor("token_embd.weight", {8, 10}, 0, 0);
     w.tensor("rope_freqs.weight", {n_factors}, 0, 320);
     w.align();

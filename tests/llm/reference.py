@@ -317,6 +317,22 @@ def cmd_check_tokens(args):
     return 0 if ok else 1
 
 
+def vocabulary_gguf_writer(path, tokenizer_model):
+    """A GGUF writer for a vocabulary test file: a tiny llama shape (8 wide, one block; only
+    token_embd.weight is written) and tokenizer.ggml.model set; the caller adds the vocabulary."""
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model(tokenizer_model)
+    return w
+
+
 def cmd_check_spm(args):
     """nibble's SentencePiece-style ("llama") tokenizer against the sentencepiece library: a BPE
     model with byte fallback is trained on Austen's training text, its pieces, scores and types
@@ -337,16 +353,7 @@ def cmd_check_spm(args):
              for i in range(n)]
     path = os.path.join(args.out_dir, "spm-austen.gguf")
     os.makedirs(args.out_dir, exist_ok=True)
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_block_count(1)
-    w.add_context_length(64)
-    w.add_embedding_length(8)
-    w.add_feed_forward_length(8)
-    w.add_head_count(2)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("llama")
+    w = vocabulary_gguf_writer(path, "llama")
     w.add_token_list([sp.id_to_piece(i) for i in range(n)])
     w.add_token_scores([sp.get_score(i) for i in range(n)])
     w.add_token_types(types)
@@ -435,16 +442,7 @@ def cmd_check_pre_split(args):
     os.makedirs(args.out_dir, exist_ok=True)
     n = len(tokens)
     path = os.path.join(args.out_dir, f"pre-{args.pre}.gguf")
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_block_count(1)
-    w.add_context_length(64)
-    w.add_embedding_length(8)
-    w.add_feed_forward_length(8)
-    w.add_head_count(2)
-    w.add_head_count_kv(2)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("gpt2")
+    w = vocabulary_gguf_writer(path, "gpt2")
     w.add_tokenizer_pre(args.pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
