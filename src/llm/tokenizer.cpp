@@ -125,15 +125,29 @@ const std::array<int, 512>& cp_to_byte() {
 
 // ---- pre-tokenizers -----------------------------------------------------------------------------
 
+// The code points of a text fragment that ends at `end`, as the hand-written regex matchers see
+// them: a class and a value for every index (past the end: none), and pieces emitted as byte
+// spans of the text.
+struct CodepointRun {
+  std::string_view text;
+  const std::vector<Cp>& cps;
+  size_t end;
+  std::vector<std::string_view>& out;
+  Cls cls(size_t i) const { return i < end ? classify(cps[i].cp) : Cls::none; }
+  uint32_t cp(size_t i) const { return i < end ? cps[i].cp : 0xFFFFFFFFu; }
+  void emit(size_t a, size_t b) const {
+    out.push_back(text.substr(cps[a].off, cps[b - 1].off + cps[b - 1].len - cps[a].off));
+  }
+};
+
 // GPT-2's pattern, matched by hand on code points (as llama.cpp does):
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 void split_gpt2(std::string_view text, const std::vector<Cp>& cps, size_t begin, size_t end,
                 std::vector<std::string_view>& out) {
-  auto cls = [&](size_t i) { return i < end ? classify(cps[i].cp) : Cls::none; };
-  auto cpt = [&](size_t i) { return i < end ? cps[i].cp : 0xFFFFFFFFu; };
-  auto emit = [&](size_t a, size_t b) {
-    out.push_back(text.substr(cps[a].off, cps[b - 1].off + cps[b - 1].len - cps[a].off));
-  };
+  const CodepointRun run{text, cps, end, out};
+  auto cls = [&](size_t i) { return run.cls(i); };
+  auto cpt = [&](size_t i) { return run.cp(i); };
+  auto emit = [&](size_t a, size_t b) { run.emit(a, b); };
   size_t pos = begin;
   while (pos < end) {
     const size_t start = pos;
@@ -202,16 +216,15 @@ const char* const kQwen2Regex =
 // newline.
 void split_llama3(std::string_view text, const std::vector<Cp>& cps, size_t begin, size_t end,
                   size_t max_digits, std::vector<std::string_view>& out) {
-  auto cls = [&](size_t i) { return i < end ? classify(cps[i].cp) : Cls::none; };
-  auto cpt = [&](size_t i) { return i < end ? cps[i].cp : 0xFFFFFFFFu; };
+  const CodepointRun run{text, cps, end, out};
+  auto cls = [&](size_t i) { return run.cls(i); };
+  auto cpt = [&](size_t i) { return run.cp(i); };
+  auto emit = [&](size_t a, size_t b) { run.emit(a, b); };
   auto lower = [&](size_t i) {
     const uint32_t c = cpt(i);
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
   };
   auto is_crlf = [&](size_t i) { return cpt(i) == '\r' || cpt(i) == '\n'; };
-  auto emit = [&](size_t a, size_t b) {
-    out.push_back(text.substr(cps[a].off, cps[b - 1].off + cps[b - 1].len - cps[a].off));
-  };
   size_t pos = begin;
   while (pos < end) {
     const size_t start = pos;
