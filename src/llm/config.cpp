@@ -21,8 +21,9 @@ namespace {
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
-    fail_cfg("GGUF", "general.architecture is '" + arch + "'; llama, qwen2 and qwen3 are supported",
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3")
+    fail_cfg("GGUF",
+             "general.architecture is '" + arch + "'; llama, qwen2, qwen3 and phi3 are supported",
              ErrorCode::unsupported);
   const auto& md = g.metadata();
   const std::string k = arch + ".";  // the keys are prefixed by the architecture
@@ -60,8 +61,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& g) {
                ErrorCode::unsupported);
     }
   }
+  if (md.count(k + "attention.sliding_window"))  // Phi-3: as config.json's sliding_window
+    c.max_context = std::min(c.max_context, u("attention.sliding_window"));
   // Llama 3.1 / 3.2 files: per-pair frequency divisors as a tensor (llama.cpp's converter).
   for (const auto& t : g.tensors()) {
+    if (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight")
+      fail_cfg("GGUF", "LongRoPE (rope_factors_long/short, the 128k Phi-3 models) is not supported",
+               ErrorCode::unsupported);
     if (t.name != "rope_freqs.weight") continue;
     if (t.dims.size() != 1 || static_cast<int64_t>(t.dims[0]) != c.head_dim / 2)
       fail_cfg("GGUF", "rope_freqs.weight must hold head_dim / 2 = " +
@@ -104,11 +110,12 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
   if (const Json* mt = get("model_type"); mt != nullptr) {
     if (!mt->is_string()) fail_cfg(what, "'model_type' is not a string");
     const std::string& t = mt->string();
-    if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3")
+    if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3" && t != "phi3")
       fail_cfg(what,
-               "model_type '" + t + "' is not a Llama-family decoder (llama, mistral, qwen2, qwen3)",
+               "model_type '" + t +
+                   "' is not a Llama-family decoder (llama, mistral, qwen2, qwen3, phi3)",
                ErrorCode::unsupported);
-    if (t == "qwen2" || t == "qwen3") arch = t;
+    if (t == "qwen2" || t == "qwen3" || t == "phi3") arch = t;
   }
   if (const Json* b = get("mlp_bias"); b != nullptr && b->is_bool() && b->boolean())
     fail_cfg(what, "mlp_bias = true is not supported (biases on the attention projections only)",
@@ -121,6 +128,10 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
   // than attend differently.
   if (const Json* sw = get("use_sliding_window"); sw != nullptr && sw->is_bool() && sw->boolean())
     fail_cfg(what, "use_sliding_window = true is not supported", ErrorCode::unsupported);
+  if (const Json* pr = get("partial_rotary_factor");
+      pr != nullptr && (!pr->is_number() || pr->number() != 1.0))
+    fail_cfg(what, "partial rotary embeddings (partial_rotary_factor != 1) are not supported",
+             ErrorCode::unsupported);
   if (const Json* act = get("hidden_act");
       act != nullptr && (!act->is_string() || act->string() != "silu"))
     fail_cfg(what, "hidden_act must be \"silu\"", ErrorCode::unsupported);
@@ -185,7 +196,7 @@ ModelConfig ModelConfig::from_hf_json(std::string_view json_text, const std::str
   // the runner attends to the whole context, so the usable context is cut to the window. (Qwen2
   // configs carry a window with use_sliding_window = false: not applied, as in the reference.)
   if (const Json* sw = get("sliding_window"); sw != nullptr && sw->is_int() && sw->integer() > 0 &&
-                                               arch == "llama")
+                                               (arch == "llama" || arch == "phi3"))
     c.max_context = std::min(c.max_context, sw->integer());
   c.validate(what);
   return c;
@@ -234,8 +245,8 @@ void ModelConfig::validate(const std::string& what) const {
   in("head_dim", head_dim, 2, 1024);
   in("ffn_dim", ffn_dim, 1, 1 << 20);
   in("max_context", max_context, 1, 1 << 24);
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
-    fail_cfg(what, "arch '" + arch + "' is not llama, qwen2 or qwen3");
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3")
+    fail_cfg(what, "arch '" + arch + "' is not llama, qwen2, qwen3 or phi3");
   if (qk_norm != (arch == "qwen3"))
     fail_cfg(what, "the per-head q/k RMSNorm belongs to qwen3 decoders (and they have it)");
   if (arch == "qwen2" && (!qkv_bias || o_bias))
@@ -334,8 +345,10 @@ std::string ModelConfig::to_hf_json(int32_t bos_id, int32_t eos_id) const {
   };
   auto i = [](int64_t v) { return std::to_string(v); };
   const bool qwen2 = arch == "qwen2";
-  const char* cls = qwen2 ? "Qwen2ForCausalLM" : arch == "qwen3" ? "Qwen3ForCausalLM"
-                                                                 : "LlamaForCausalLM";
+  const char* cls = qwen2                ? "Qwen2ForCausalLM"
+                    : arch == "qwen3"      ? "Qwen3ForCausalLM"
+                    : arch == "phi3"       ? "Phi3ForCausalLM"
+                                           : "LlamaForCausalLM";
   std::string s = std::string("{\n  \"architectures\": [\"") + cls +
                   "\"],\n  \"model_type\": \"" + arch + "\",\n";
   if (!qwen2 && (qkv_bias || o_bias)) {

@@ -26,8 +26,9 @@ class GgufFile;
 struct ModelConfig {
   std::string name;  ///< for reports, e.g. "SmolLM2-135M-Instruct"
   /// "llama" (Llama, Mistral, SmolLM, ...), "qwen2" (the same decoder with biases on the q, k
-  /// and v projections) or "qwen3" (no biases; an RMSNorm over each head of q and k before RoPE).
-  /// Qwen GGUF files keep the Q/K rows in Hugging Face's order.
+  /// and v projections), "qwen3" (no biases; an RMSNorm over each head of q and k before RoPE) or
+  /// "phi3" (Llama's computation with q|k|v and gate|up stored as two fused tensors, which the
+  /// weight sources split). Only llama GGUF files hold permuted Q/K rows.
   std::string arch = "llama";
   int64_t vocab_size = 0;
   int64_t dim = 0;  ///< hidden size (embedding_length)

@@ -49,13 +49,14 @@ class GgufSource final : public WeightSource {
   GgufSource(GgufFile g, const ModelConfig& c) : g_(std::move(g)), c_(c) {}
 
   bool has(const std::string& name) const override {
+    const std::string f = file_name(name);
     for (const auto& t : g_.tensors())
-      if (t.name == name) return true;
+      if (t.name == f) return true;
     return false;
   }
 
   std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
-    const GgufTensorInfo& t = g_.tensor(name);
+    const GgufTensorInfo& t = g_.tensor(file_name(name));
     std::vector<int64_t> dims;  // GGUF lists the innermost dimension first
     for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it)
       dims.push_back(static_cast<int64_t>(*it));
@@ -65,6 +66,19 @@ class GgufSource final : public WeightSource {
     if (c_.arch == "llama" && is_q_or_k(name, is_q))  // Qwen files keep Hugging Face's order
       unpermute_gguf_qk(w, is_q ? c_.n_heads : c_.n_kv_heads, c_.head_dim, c_.dim);
     return w;
+  }
+
+  // llama.cpp's phi3 files call the fused gate|up tensor ffn_up (and have no separate up).
+  std::string file_name(const std::string& canonical) const {
+    if (c_.arch != "phi3") return canonical;
+    const std::string gate_up = ".ffn_gate_up.weight", up = ".ffn_up.weight";
+    if (canonical.size() > gate_up.size() &&
+        canonical.compare(canonical.size() - gate_up.size(), gate_up.size(), gate_up) == 0)
+      return canonical.substr(0, canonical.size() - gate_up.size()) + up;
+    if (canonical.size() > up.size() &&
+        canonical.compare(canonical.size() - up.size(), up.size(), up) == 0)
+      return canonical + " (fused into ffn_up)";  // no such tensor: served by FusedPartsSource
+    return canonical;
   }
 
   std::string describe() const override {
@@ -100,6 +114,75 @@ const std::pair<const char*, const char*> kBlockTensorRoles[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},   // Phi-3: q, k, v rows in one tensor
+    {"mlp.gate_up_proj.weight", "ffn_gate_up.weight"},  // Phi-3: gate rows, then up rows
+};
+
+// Phi-3's fused tensors: which canonical tensor is which row range of which fused one.
+struct FusedPart {
+  std::string fused;
+  int64_t first_row = 0, rows = 0, fused_rows = 0;
+};
+std::optional<FusedPart> fused_part(const std::string& name, const ModelConfig& c) {
+  const size_t dot = name.find('.', 4);
+  if (name.rfind("blk.", 0) != 0 || dot == std::string::npos) return std::nullopt;
+  const std::string blk = name.substr(0, dot + 1), role = name.substr(dot + 1);
+  const int64_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  if (role == "attn_q.weight") return FusedPart{blk + "attn_qkv.weight", 0, qd, qd + 2 * kvd};
+  if (role == "attn_k.weight") return FusedPart{blk + "attn_qkv.weight", qd, kvd, qd + 2 * kvd};
+  if (role == "attn_v.weight")
+    return FusedPart{blk + "attn_qkv.weight", qd + kvd, kvd, qd + 2 * kvd};
+  if (role == "ffn_gate.weight")
+    return FusedPart{blk + "ffn_gate_up.weight", 0, c.ffn_dim, 2 * c.ffn_dim};
+  if (role == "ffn_up.weight")
+    return FusedPart{blk + "ffn_gate_up.weight", c.ffn_dim, c.ffn_dim, 2 * c.ffn_dim};
+  return std::nullopt;
+}
+
+// Serves the canonical q, k, v, gate and up tensors of a file that stores them fused (Phi-3) as
+// row ranges of the fused tensors, everything else from the file. The last fused tensor read is
+// kept, so q, k and v cost one read.
+class FusedPartsSource final : public WeightSource {
+ public:
+  FusedPartsSource(std::unique_ptr<WeightSource> inner, const ModelConfig& c)
+      : inner_(std::move(inner)), c_(c) {}
+
+  bool has(const std::string& name) const override {
+    if (inner_->has(name)) return true;
+    const std::optional<FusedPart> p = fused_part(name, c_);
+    return p && inner_->has(p->fused);
+  }
+
+  std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
+    const std::optional<FusedPart> p = fused_part(name, c_);
+    if (inner_->has(name) || !p || !inner_->has(p->fused)) return inner_->load(name, shape);
+    if (shape.size() != 2 || *shape.begin() != p->rows)
+      fail_model("'" + name + "' is asked for with a shape that is not its " +
+                 std::to_string(p->rows) + " rows of '" + p->fused + "'");
+    const int64_t k = *(shape.begin() + 1);
+    if (cached_name_ != p->fused) {
+      cached_ = inner_->load(p->fused, {p->fused_rows, k});
+      cached_name_ = p->fused;
+    }
+    const auto first = cached_.begin() + p->first_row * k;
+    return std::vector<float>(first, first + p->rows * k);
+  }
+
+  std::string describe() const override {
+    return inner_->describe() + " (q|k|v and gate|up fused)";
+  }
+  std::string quantized_format(const std::string& name) const override {
+    return inner_->quantized_format(name);
+  }
+  QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k) override {
+    return inner_->load_quantized(name, n, k);
+  }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+  ModelConfig c_;
+  std::string cached_name_;
+  std::vector<float> cached_;
 };
 
 // The safetensors dtype a quantized buffer is stored in: 4-bit values as their packed bytes.
@@ -298,7 +381,8 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
     files.push_back(SafetensorsFile::open(s));
     m.file_bytes += static_cast<int64_t>(fs::file_size(s));
   }
-  m.weights = std::make_unique<SafetensorsSource>(std::move(files));
+  m.weights = std::make_unique<FusedPartsSource>(
+      std::make_unique<SafetensorsSource>(std::move(files)), m.config);
   if (!m.weights->has("output.weight")) m.config.tied_embeddings = true;
   // The tokenizer, with BOS/EOS ids from config.json (tokenizer.json does not name them).
   const fs::path tok = dir / "tokenizer.json";
@@ -565,7 +649,8 @@ ModelFiles open_model(const std::string& path) {
   if (m.tokenizer->vocab_size() != m.config.vocab_size)
     fail_model(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
                " tokens, the embedding " + std::to_string(m.config.vocab_size));
-  m.weights = std::make_unique<GgufSource>(std::move(g), m.config);
+  m.weights = std::make_unique<FusedPartsSource>(
+      std::make_unique<GgufSource>(std::move(g), m.config), m.config);
   return m;
 }
 

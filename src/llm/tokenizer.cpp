@@ -458,9 +458,12 @@ Tokenizer::ChatFormat Tokenizer::chat_format() const {
   if (in_template("<|start_header_id|>")) return ChatFormat::llama3;
   if (in_template("<|im_start|>")) return ChatFormat::chatml;
   if (in_template("[INST]")) return ChatFormat::inst;
+  if (in_template("<|user|>") && in_template("<|assistant|>")) return ChatFormat::phi3;
   if (special("<|start_header_id|>") && special("<|end_header_id|>") && special("<|eot_id|>"))
     return ChatFormat::llama3;
   if (special("<|im_start|>") && special("<|im_end|>")) return ChatFormat::chatml;
+  if (special("<|user|>") && special("<|assistant|>") && special("<|end|>"))
+    return ChatFormat::phi3;
   return ChatFormat::none;
 }
 
@@ -474,11 +477,13 @@ std::string Tokenizer::chat_prompt(std::string_view user) const {
              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
     case ChatFormat::inst:
       return "[INST] " + u + " [/INST]";
+    case ChatFormat::phi3:
+      return "<|user|>\n" + u + "<|end|>\n<|assistant|>\n";
     case ChatFormat::none:
       break;
   }
   fail_tok("the model has no chat format nibble knows (ChatML <|im_start|>, Llama 3 "
-           "<|start_header_id|>, or [INST] in its chat template)",
+           "<|start_header_id|>, Phi-3 <|user|>, or [INST] in its chat template)",
            ErrorCode::unsupported);
 }
 
@@ -1093,6 +1098,7 @@ std::string Tokenizer::describe() const {
   s += cf == ChatFormat::chatml   ? ", chat ChatML"
        : cf == ChatFormat::llama3 ? ", chat Llama 3"
        : cf == ChatFormat::inst   ? ", chat [INST]"
+       : cf == ChatFormat::phi3   ? ", chat Phi-3"
                                   : "";
   return s;
 }

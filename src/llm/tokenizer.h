@@ -74,7 +74,7 @@ class Tokenizer {
   void add_end_of_generation(int32_t id);
 
   /// The chat format of the model: how one user turn is wrapped so that the model answers.
-  enum class ChatFormat : uint8_t { none, chatml, llama3, inst };
+  enum class ChatFormat : uint8_t { none, chatml, llama3, inst, phi3 };
   /// Found from the model's chat template (GGUF tokenizer.chat_template, tokenizer_config.json
   /// chat_template) when it names one of the formats' markers, else from the special tokens of
   /// the vocabulary (<|im_start|>, <|start_header_id|>).
@@ -82,8 +82,9 @@ class Tokenizer {
   /// `user` as one user turn followed by the start of the assistant's: ChatML
   /// "<|im_start|>user\n...<|im_end|>\n<|im_start|>assistant\n", Llama 3
   /// "<|start_header_id|>user<|end_header_id|>\n\n...<|eot_id|><|start_header_id|>assistant
-  /// <|end_header_id|>\n\n", or Llama 2 / Mistral "[INST] ... [/INST]" (BOS, when the model adds
-  /// one, comes from encode()). Throws unsupported when chat_format() is none.
+  /// <|end_header_id|>\n\n", Llama 2 / Mistral "[INST] ... [/INST]", or Phi-3
+  /// "<|user|>\n...<|end|>\n<|assistant|>\n" (BOS, when the model adds one, comes from
+  /// encode()). Throws unsupported when chat_format() is none.
   std::string chat_prompt(std::string_view user) const;
   /// For loaders: the chat template text (Jinja), used only to recognise the format.
   void set_chat_template(std::string t) { chat_template_ = std::move(t); }

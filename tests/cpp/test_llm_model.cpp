@@ -237,6 +237,15 @@ TEST(LlmConfig, MistralSlidingWindowLimitsTheContext) {
   EXPECT_EQ(ModelConfig::from_hf_json(json, "mistral").max_context, 4096);
   json.replace(json.find("4096"), 4, "null");
   EXPECT_EQ(ModelConfig::from_hf_json(json, "mistral v0.2").max_context, 8192);
+  // Phi-3-mini-4k's window of 2047 likewise; a partial rotary embedding is refused.
+  std::string phi3 = kSmolConfig;
+  phi3.replace(phi3.find(from), from.size(), "\"model_type\": \"phi3\", \"sliding_window\": 2047");
+  const ModelConfig p = ModelConfig::from_hf_json(phi3, "phi3");
+  EXPECT_EQ(p.arch, "phi3");
+  EXPECT_EQ(p.max_context, 2047);
+  EXPECT_EQ(ModelConfig::from_hf_json(p.to_hf_json(1, 2), "exported").arch, "phi3");
+  phi3.replace(phi3.find("2047"), 4, "2047, \"partial_rotary_factor\": 0.5");
+  EXPECT_THROW(ModelConfig::from_hf_json(phi3, "phi3"), Error);
 }
 
 TEST(LlmModelFiles, TensorNamesAndTheGgufQkPermutation) {

@@ -16,8 +16,8 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   check-tokens compare `nibble tokenize` with `tokenizers` on a whole text file
   check-spm    train a SentencePiece BPE model, write it as a GGUF "llama" vocabulary, and
                compare `nibble tokenize` with `sentencepiece` on a whole text file
-  make-arch    write the model as a Qwen2 or Qwen3 GGUF file (their keys, Q/K rows in Hugging
-               Face's order, random q/k/v biases or q/k norms, the qwen2 pre-tokenizer)
+  make-arch    write the model as a Qwen2, Qwen3 or Phi-3 GGUF file (their keys, Q/K rows in
+               Hugging Face's order, random q/k/v biases or q/k norms, or fused tensors)
   export-hf    write a Hugging Face checkpoint (config.json, tokenizer.json, model.safetensors,
                f32, Q/K in Hugging Face order) of the GGUF model, for the safetensors path
   check-pre-split  nibble's Llama 3 / Qwen2 pre-tokenizer (tokenizer.ggml.pre llama-bpe, qwen2;
@@ -70,6 +70,17 @@ class Reference:
             shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists innermost first
             w = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
             self.t[t.name] = w.astype(np.float32)
+        if self.arch == "phi3":  # fused q|k|v and gate|up (llama.cpp calls the latter ffn_up)
+            qd, kvd = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+            for l in range(self.n_layers):
+                p = f"blk.{l}."
+                qkv = self.t.pop(p + "attn_qkv.weight")
+                self.t[p + "attn_q.weight"] = qkv[:qd]
+                self.t[p + "attn_k.weight"] = qkv[qd:qd + kvd]
+                self.t[p + "attn_v.weight"] = qkv[qd + kvd:]
+                gate_up = self.t.pop(p + "ffn_up.weight")
+                self.t[p + "ffn_gate.weight"] = gate_up[:self.ffn]
+                self.t[p + "ffn_up.weight"] = gate_up[self.ffn:]
         self.vocab = self.t["token_embd.weight"].shape[0]
         if "rope_freqs.weight" in self.t:
             self.rope_freqs = self.t["rope_freqs.weight"].astype(np.float64)
@@ -754,11 +765,12 @@ def write_safetensors(path, tensors):
 
 
 def cmd_make_arch(args):
-    """The model as a Qwen2 or Qwen3 GGUF file: general.architecture qwen2/qwen3 (keys qwen2.*,
-    qwen3.*), Q/K rows in Hugging Face's order (llama.cpp's converter permutes only llama), the
-    qwen2 pre-tokenizer, and, seeded: qwen2's biases on q, k, v (about 2% of the weight rows'
-    norm), or qwen3's per-head q/k RMSNorm weights (1 ± 0.2) — every difference of the
-    architecture, on a model that still generates text."""
+    """The model as a Qwen2, Qwen3 or Phi-3 GGUF file: general.architecture and its keys
+    (qwen2.*, ...), Q/K rows in Hugging Face's order (llama.cpp's converter permutes only llama),
+    the qwen2 pre-tokenizer, and, seeded: qwen2's biases on q, k, v (about 2% of the weight rows'
+    norm), qwen3's per-head q/k RMSNorm weights (1 ± 0.2), or phi3's fused attn_qkv and ffn_up
+    (gate rows, then up rows) — every difference of the architecture, on a model that still
+    generates text."""
     ref = Reference(args.model)
     assert ref.arch == "llama", "make-arch starts from a llama GGUF file"
     arch = args.arch
@@ -777,11 +789,21 @@ def cmd_make_arch(args):
     w.add_tokenizer_pre("qwen2")
     w.add_key_length(hd)
     w.add_value_length(hd)
+    tensors = {}
     for name, x in ref.t.items():
         if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
             heads = ref.n_heads if name.endswith("attn_q.weight") else ref.n_kv_heads
             x = x.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
-        w.add_tensor(name, np.ascontiguousarray(x, dtype=np.float32))
+        tensors[name] = np.ascontiguousarray(x, dtype=np.float32)
+    if arch == "phi3":  # q|k|v as attn_qkv, gate|up as ffn_up (llama.cpp's phi3 names)
+        for l in range(ref.n_layers):
+            p = f"blk.{l}."
+            tensors[p + "attn_qkv.weight"] = np.concatenate(
+                [tensors.pop(p + r) for r in ("attn_q.weight", "attn_k.weight", "attn_v.weight")])
+            tensors[p + "ffn_up.weight"] = np.concatenate(
+                [tensors.pop(p + "ffn_gate.weight"), tensors.pop(p + "ffn_up.weight")])
+    for name, x in tensors.items():
+        w.add_tensor(name, x)
         for role in ("attn_q", "attn_k", "attn_v"):
             if arch == "qwen2" and name.endswith(f".{role}.weight"):
                 scale = 0.02 * float(np.sqrt((x.astype(np.float64) ** 2).sum(1).mean()))
@@ -794,7 +816,8 @@ def cmd_make_arch(args):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    what = "q/k/v biases" if arch == "qwen2" else "per-head q/k RMSNorm weights"
+    what = {"qwen2": "q/k/v biases", "qwen3": "per-head q/k RMSNorm weights",
+            "phi3": "fused q|k|v and gate|up tensors"}[arch]
     print(f"wrote {args.out}: {arch} architecture, {what} (seed {args.seed}), "
           f"tokenizer.ggml.pre qwen2")
     return 0
@@ -828,11 +851,18 @@ def cmd_export_hf(args):
             out[f"model.layers.{l}.{h}.weight"] = w
             if f"blk.{l}.{g}.bias" in ref.t:
                 out[f"model.layers.{l}.{h}.bias"] = ref.t[f"blk.{l}.{g}.bias"]
+    if ref.arch == "phi3":  # Hugging Face's Phi-3 names: qkv_proj, gate_up_proj
+        for l in range(ref.n_layers):
+            p = f"model.layers.{l}."
+            out[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [out.pop(p + f"self_attn.{r}_proj.weight") for r in "qkv"])
+            out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                [out.pop(p + "mlp.gate_proj.weight"), out.pop(p + "mlp.up_proj.weight")])
     write_safetensors(os.path.join(args.out, "model.safetensors"), out)
     f = ref.reader.fields
     a = ref.arch + "."
     config = {"architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                                 "qwen3": "Qwen3ForCausalLM"}[ref.arch]],
+                                 "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}[ref.arch]],
               "model_type": ref.arch, "head_dim": hd,
               "_name_or_path": "SmolLM2-135M-Instruct (exported from GGUF by tests/llm/reference.py)",
               "vocab_size": ref.vocab, "hidden_size": ref.dim, "num_hidden_layers": ref.n_layers,
@@ -888,7 +918,7 @@ def main():
     p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
                    help="add Llama 3.1 RoPE scaling as a rope_freqs.weight tensor")
     p = sub.add_parser("make-arch")
-    p.add_argument("--arch", choices=["qwen2", "qwen3"], required=True)
+    p.add_argument("--arch", choices=["qwen2", "qwen3", "phi3"], required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
