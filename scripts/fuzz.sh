@@ -15,7 +15,7 @@ out=build/fuzz
 mkdir -p "$out"
 common=(src/common/numeric.cpp src/common/check.cpp src/common/types.cpp)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -Iinclude -Isrc -DNIBBLE_WITH_CUDA=0)
+       -pthread -Iinclude -Isrc -DNIBBLE_WITH_CUDA=0)
 
 # name, budget share (eighths), max input length, sources
 run() {

@@ -1,8 +1,10 @@
 #include "llm/gguf.h"
 
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <optional>
+#include <thread>
 
 #include "common/check.h"
 
@@ -224,8 +226,24 @@ double GgufFile::get_float(const std::string& key) const {
 
 std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  dequantize_ggml_blocks(t.type, bytes_.data() + data_start_ + t.offset,
-                         t.numel() / ggml_block_elems(t.type), out.data());
+  const uint64_t blocks = t.numel() / ggml_block_elems(t.type);
+  const uint8_t* src = bytes_.data() + data_start_ + t.offset;
+  auto decode = [&](uint64_t first, uint64_t last) {
+    dequantize_ggml_blocks(t.type, src + first * ggml_block_bytes(t.type), last - first,
+                           out.data() + first * ggml_block_elems(t.type));
+  };
+  // Blocks decode independently: a large tensor is split over the cores (a Llama-3-8B layer
+  // holds 10^7–10^8 weights); small ones are not worth a thread.
+  const uint64_t threads =
+      t.numel() < (uint64_t{1} << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 1) {
+    decode(0, blocks);
+  } else {
+    std::vector<std::thread> pool;
+    for (uint64_t i = 0; i < threads; ++i)
+      pool.emplace_back(decode, blocks * i / threads, blocks * (i + 1) / threads);
+    for (std::thread& th : pool) th.join();
+  }
   bytes_.release(data_start_ + t.offset, t.nbytes);
   return out;
 }

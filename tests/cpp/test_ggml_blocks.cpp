@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "llm/ggml_blocks.h"
+#include "llm/gguf.h"
 #include "nibble/nibble.h"
+#include "test_llm_util.h"
 
 namespace nibble::llm {
 namespace {
@@ -229,6 +231,26 @@ TEST(GgmlBlocks, ConsecutiveBlocksDecodeIndependently) {
     EXPECT_NEAR(got[e], a.want[e], std::abs(a.want[e]) * 1.2e-7) << e;
     EXPECT_NEAR(got[256 + e], b.want[e], std::abs(b.want[e]) * 1.2e-7) << e;
   }
+}
+
+// A tensor large enough to be decoded on several threads gives the single-threaded values.
+TEST(GgmlBlocks, LargeGgufTensorDecodesAsOneCall) {
+  Rng r;
+  constexpr uint64_t kBlocks = 4100;  // 1 049 600 weights: past the threading threshold
+  std::vector<uint8_t> data;
+  for (uint64_t b = 0; b < kBlocks; ++b) {
+    const Case c = encode_q45_k(r, b % 2 == 1);  // alternate contents; Q4_K layout either way
+    data.insert(data.end(), c.bytes.begin(), c.bytes.begin() + 144);
+  }
+  test::GgufWriter w;
+  w.header(1, 0);
+  w.tensor("big", {256, kBlocks}, static_cast<uint32_t>(GgmlType::q4_k), 0);
+  w.align();
+  w.bytes.insert(w.bytes.end(), data.begin(), data.end());
+  const GgufFile g = GgufFile::parse(w.bytes, "big");
+  std::vector<float> want(256 * kBlocks);
+  dequantize_ggml_blocks(GgmlType::q4_k, data.data(), kBlocks, want.data());
+  EXPECT_EQ(g.dequantize(g.tensor("big")), want);
 }
 
 TEST(GgmlBlocks, TypeTableNamesAndSizes) {
