@@ -562,7 +562,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
     else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3" || pre == "smaug-bpe" ||
              pre == "dbrx")
       t.pre_split_ = PreSplit::llama3;
-    else if (pre == "qwen2")
+    else if (pre == "qwen2" || pre == "deepseek-r1-qwen")  // DeepSeek-R1's Qwen distills
       t.pre_split_ = PreSplit::qwen2;
     else
       fail_tok("GGUF tokenizer.ggml.pre '" + pre +
