@@ -663,6 +663,24 @@ TEST(LlmCudaBackend, MatchesTheCpuLogitsInBf16AndW4a8) {
     }
 }
 
+// RoPE scaling (Llama 3.1's llama3 rule) reaches the GPU through the shared host tables: the
+// GPU's logits follow the CPU's, and differ from the unscaled model's.
+TEST(LlmCudaBackend, Llama3RopeScalingMatchesTheCpu) {
+  NIBBLE_REQUIRE_GPU();
+  ModelConfig c = untied_config();
+  c.set_rope_scaling({"llama3", 8.0, 1.0, 4.0, 16}, "test");  // original context 16: all kinds
+  const auto prompt = prompt_of(40, c.vocab_size);
+  auto gpu = backend("cuda", c, options("bf16"));
+  auto cpu = backend("cpu", c, options("bf16"));
+  const auto g = logits_of(*gpu, prompt, 0, true), r = logits_of(*cpu, prompt, 0, true);
+  const double err = rel_frob(g, r);
+  EXPECT_LT(err, kGpuCpuTolBf16);
+  // The scaling moves these logits by 0.22 (relative, on the CPU, 2026-11-28): far more than
+  // the GPU's distance from the CPU, so a GPU that ignored it would fail.
+  auto plain = backend("cpu", untied_config(), options("bf16"));
+  EXPECT_GT(rel_frob(logits_of(*plain, prompt, 0, true), r), 10 * err);
+}
+
 TEST(LlmCudaBackend, GreedyTokensMatchTheCpu) {
   NIBBLE_REQUIRE_GPU();
   const ModelConfig c = tied_config();
