@@ -1,5 +1,6 @@
 #include "llm/gguf.h"
 
+#include <cstdio>
 #include <cstring>
 #include <algorithm>
 #include <limits>
@@ -103,7 +104,51 @@ uint64_t GgufTensorInfo::numel() const {
 }
 
 GgufFile GgufFile::open(const std::string& path) {
-  return parse_bytes(FileBytes::map(path, "nibble::llm::GgufFile"), path);
+  GgufFile g = parse_bytes(FileBytes::map(path, "nibble::llm::GgufFile"), path);
+  auto it = g.metadata_.find("split.count");
+  if (it == g.metadata_.end()) return g;
+  const auto* count = std::get_if<uint64_t>(&it->second.scalar);
+  if (count == nullptr || *count == 0 || *count > 9999)
+    fail_file(path, "split.count must be an unsigned count of shards up to 9999");
+  if (*count == 1) return g;
+  // "<base>-00001-of-00003.gguf": the other shards differ in the first number only.
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", 1, static_cast<int>(*count));
+  if (path.size() < std::strlen(suffix) ||
+      path.compare(path.size() - std::strlen(suffix), std::string::npos, suffix) != 0)
+    fail_file(path, "a split model opens from its first shard, named <name>" +
+                        std::string(suffix));
+  const std::string base = path.substr(0, path.size() - std::strlen(suffix));
+  for (uint64_t i = 1; i < *count; ++i) {
+    std::snprintf(suffix, sizeof suffix, "-%05d-of-%05d.gguf", static_cast<int>(i + 1),
+                  static_cast<int>(*count));
+    const std::string shard_path = base + suffix;
+    GgufFile shard = parse_bytes(FileBytes::map(shard_path, "nibble::llm::GgufFile"), shard_path);
+    const auto no = shard.metadata_.find("split.no");
+    const auto* n = no == shard.metadata_.end() ? nullptr : std::get_if<uint64_t>(&no->second.scalar);
+    if (n == nullptr || *n != i)
+      fail_file(shard_path, "split.no is not " + std::to_string(i) + " (shard " +
+                                std::to_string(i + 1) + " of " + std::to_string(*count) + ")");
+    const auto shard_index = static_cast<uint32_t>(g.bytes_.size());
+    for (GgufTensorInfo& t : shard.tensors_) {
+      for (const GgufTensorInfo& have : g.tensors_)
+        if (have.name == t.name)
+          fail_file(shard_path, "tensor '" + t.name + "' is in two shards");
+      t.shard = shard_index;
+      g.tensors_.push_back(std::move(t));
+    }
+    g.bytes_.push_back(std::move(shard.bytes_[0]));
+    g.data_start_.push_back(shard.data_start_[0]);
+  }
+  if (auto tc = g.metadata_.find("split.tensors.count"); tc != g.metadata_.end()) {
+    const auto* u = std::get_if<uint64_t>(&tc->second.scalar);
+    const auto* s = std::get_if<int64_t>(&tc->second.scalar);
+    const int64_t want = u != nullptr ? static_cast<int64_t>(*u) : s != nullptr ? *s : -1;
+    if (want != static_cast<int64_t>(g.tensors_.size()))
+      fail_file(path, "the shards hold " + std::to_string(g.tensors_.size()) +
+                          " tensors, split.tensors.count says " + std::to_string(want));
+  }
+  return g;
 }
 
 GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& what) {
@@ -112,9 +157,9 @@ GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& what) {
 
 GgufFile GgufFile::parse_bytes(FileBytes bytes, const std::string& what) {
   GgufFile g;
-  g.bytes_ = std::move(bytes);
+  g.bytes_.push_back(std::move(bytes));
   g.what_ = what;
-  Reader r(g.bytes_, g.what_);
+  Reader r(g.bytes_[0], g.what_);
   if (r.read<uint32_t>("magic") != 0x46554747u)  // "GGUF" little-endian
     fail_file(what, "not a GGUF file (the first 4 bytes are not \"GGUF\")");
   g.version_ = r.read<uint32_t>("version");
@@ -183,8 +228,10 @@ GgufFile GgufFile::parse_bytes(FileBytes bytes, const std::string& what) {
       fail_file(what, "tensor '" + t.name + "' is not aligned to " + std::to_string(alignment));
     g.tensors_.push_back(std::move(t));
   }
-  g.data_start_ = (r.pos() + alignment - 1) / alignment * alignment;
-  const uint64_t data_size = g.bytes_.size() > g.data_start_ ? g.bytes_.size() - g.data_start_ : 0;
+  const uint64_t data_start = (r.pos() + alignment - 1) / alignment * alignment;
+  g.data_start_.push_back(data_start);
+  const uint64_t size = g.bytes_[0].size();
+  const uint64_t data_size = size > data_start ? size - data_start : 0;
   for (const auto& t : g.tensors_)
     if (t.offset > data_size || t.nbytes > data_size - t.offset)
       fail_file(what, "tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at offset " +
@@ -192,6 +239,12 @@ GgufFile GgufFile::parse_bytes(FileBytes bytes, const std::string& what) {
                           std::to_string(data_size) + " bytes",
                 ErrorCode::io_error);
   return g;
+}
+
+uint64_t GgufFile::file_bytes() const {
+  uint64_t n = 0;
+  for (const FileBytes& b : bytes_) n += b.size();
+  return n;
 }
 
 const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
@@ -227,7 +280,7 @@ double GgufFile::get_float(const std::string& key) const {
 std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   const uint64_t blocks = t.numel() / ggml_block_elems(t.type);
-  const uint8_t* src = bytes_.data() + data_start_ + t.offset;
+  const uint8_t* src = bytes_[t.shard].data() + data_start_[t.shard] + t.offset;
   auto decode = [&](uint64_t first, uint64_t last) {
     dequantize_ggml_blocks(t.type, src + first * ggml_block_bytes(t.type), last - first,
                            out.data() + first * ggml_block_elems(t.type));
@@ -244,7 +297,7 @@ std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
       pool.emplace_back(decode, blocks * i / threads, blocks * (i + 1) / threads);
     for (std::thread& th : pool) th.join();
   }
-  bytes_.release(data_start_ + t.offset, t.nbytes);
+  bytes_[t.shard].release(data_start_[t.shard] + t.offset, t.nbytes);
   return out;
 }
 

@@ -35,8 +35,9 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<uint64_t> dims;  ///< innermost (contiguous) dimension first, as in the file
   GgmlType type = GgmlType::f32;
-  uint64_t offset = 0;         ///< from the start of the data section
+  uint64_t offset = 0;         ///< from the start of the data section (of its shard's file)
   uint64_t nbytes = 0;
+  uint32_t shard = 0;          ///< which file of a split model holds it (0: the first)
   uint64_t numel() const;
 };
 
@@ -44,10 +45,17 @@ class GgufFile {
  public:
   /// Parses a whole file held in memory (kept inside the object).
   static GgufFile parse(std::vector<uint8_t> bytes, const std::string& what = "buffer");
-  /// Maps the file (llm/file_util.h FileBytes) and parses it.
+  /// Maps the file (llm/file_util.h FileBytes) and parses it. A split model (llama.cpp's
+  /// gguf-split: "NAME-00001-of-00003.gguf" ..., `split.count` > 1) is opened from its first
+  /// shard: the others are found by name and their tensors join the table (metadata comes from
+  /// the first).
   static GgufFile open(const std::string& path);
 
   uint32_t version() const { return version_; }
+  /// Bytes of the file, or of all shards of a split model.
+  uint64_t file_bytes() const;
+  /// Files the model is split into (1 unless split).
+  size_t shards() const { return bytes_.size(); }
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo& tensor(const std::string& name) const;
@@ -64,10 +72,10 @@ class GgufFile {
  private:
   static GgufFile parse_bytes(FileBytes bytes, const std::string& what);
 
-  FileBytes bytes_;
+  std::vector<FileBytes> bytes_;      // one per shard
+  std::vector<uint64_t> data_start_;  // where each shard's data section starts
   std::string what_;
   uint32_t version_ = 0;
-  uint64_t data_start_ = 0;
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
 };

@@ -84,7 +84,9 @@ class GgufSource final : public WeightSource {
   std::string describe() const override {
     std::map<std::string, int> counts;
     for (const auto& t : g_.tensors()) ++counts[to_string(t.type)];
-    std::string s = "GGUF v" + std::to_string(g_.version()) + ", tensors:";
+    std::string s = "GGUF v" + std::to_string(g_.version()) +
+                    (g_.shards() > 1 ? " (" + std::to_string(g_.shards()) + " shards)" : "") +
+                    ", tensors:";
     for (const auto& [k, v] : counts) s += " " + k + "×" + std::to_string(v);
     return s;
   }
@@ -169,7 +171,8 @@ class FusedPartsSource final : public WeightSource {
   }
 
   std::string describe() const override {
-    return inner_->describe() + " (q|k|v and gate|up fused)";
+    const bool fused = inner_->has("blk.0.attn_qkv.weight");
+    return inner_->describe() + (fused ? " (q|k|v and gate|up fused)" : "");
   }
   std::string quantized_format(const std::string& name) const override {
     return inner_->quantized_format(name);
@@ -642,7 +645,7 @@ ModelFiles open_model(const std::string& path) {
   GgufFile g = GgufFile::open(path);
   ModelFiles m;
   m.path = path;
-  m.file_bytes = static_cast<int64_t>(fs::file_size(path));
+  m.file_bytes = static_cast<int64_t>(g.file_bytes());
   m.config = ModelConfig::from_gguf(g);
   if (m.config.name.empty()) m.config.name = fs::path(path).stem().string();
   m.tokenizer = Tokenizer::from_gguf(g);

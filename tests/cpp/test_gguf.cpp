@@ -3,7 +3,12 @@
 // included) with nibble::Error — never a crash or an out-of-bounds read.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -213,6 +218,48 @@ TEST(Gguf, MalformedHeadersAndTablesAreRejected) {
       EXPECT_NE(std::string(e.what()).find(c.fragment), std::string::npos) << e.what();
     }
   }
+}
+
+// A model split by llama.cpp's gguf-split: opened from its first shard, the tensors of all
+// shards in one table, each decoded from its own file; the wrong shard or a missing one is named.
+TEST(Gguf, SplitModelsOpenFromTheFirstShard) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("nibble-split-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto shard = [&](uint16_t no, const char* tensor, float value) {
+    Writer w;
+    w.header(1, no == 0 ? 4 : 3);
+    if (no == 0) w.kv_string("general.architecture", "llama");
+    w.str("split.no"), w.put<uint32_t>(2), w.put<uint16_t>(no);  // u16, as gguf-split writes
+    w.str("split.count"), w.put<uint32_t>(2), w.put<uint16_t>(2);
+    w.str("split.tensors.count"), w.put<uint32_t>(5), w.put<int32_t>(2);
+    w.tensor(tensor, {2}, 0, 0);
+    w.align();
+    w.put<float>(value), w.put<float>(-value);
+    char name[64];
+    std::snprintf(name, sizeof name, "m-%05d-of-00002.gguf", no + 1);
+    std::ofstream(dir / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(w.bytes.data()), static_cast<std::streamsize>(w.bytes.size()));
+  };
+  shard(0, "a", 1.5f);
+  shard(1, "b", 2.5f);
+  const GgufFile g = GgufFile::open((dir / "m-00001-of-00002.gguf").string());
+  EXPECT_EQ(g.shards(), 2u);
+  EXPECT_EQ(g.get_string("general.architecture"), "llama");
+  EXPECT_EQ(g.dequantize(g.tensor("a")), (std::vector<float>{1.5f, -1.5f}));
+  EXPECT_EQ(g.dequantize(g.tensor("b")), (std::vector<float>{2.5f, -2.5f}));
+  EXPECT_EQ(g.file_bytes(), fs::file_size(dir / "m-00001-of-00002.gguf") +
+                                fs::file_size(dir / "m-00002-of-00002.gguf"));
+  try {
+    GgufFile::open((dir / "m-00002-of-00002.gguf").string());
+    ADD_FAILURE() << "the second shard opened as a model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("opens from its first shard"), std::string::npos)
+        << e.what();
+  }
+  fs::remove(dir / "m-00002-of-00002.gguf");
+  EXPECT_THROW(GgufFile::open((dir / "m-00001-of-00002.gguf").string()), Error);
+  fs::remove_all(dir);
 }
 
 TEST(Gguf, MissingKeysAndTensorsAreNamed) {

@@ -13,6 +13,7 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   tokens       write test data: token ids of fixed strings, from `tokenizers`
   check        run `nibble generate --format f32` and compare its logits at every prompt
                position and its greedy tokens with this reference
+  check-same   two files of one model (e.g. split into shards): nibble's logits are identical
   check-tokens compare `nibble tokenize` with `tokenizers` on a whole text file
   check-spm    train a SentencePiece BPE model, write it as a GGUF "llama" vocabulary, and
                compare `nibble tokenize` with `sentencepiece` on a whole text file
@@ -304,6 +305,19 @@ def cmd_check(args):
         ok = ok and same
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def cmd_check_same(args):
+    """Two model files that hold the same model (e.g. one split into shards) give nibble's
+    identical logits and tokens."""
+    prompt = [int(x) for x in args.prompt_ids.split(",")]
+    la, ga, _ = run_nibble(args.nibble, args.a, prompt, args.n, "f32")
+    lb, gb, _ = run_nibble(args.nibble, args.b, prompt, args.n, "f32")
+    same = np.array_equal(la, lb) and ga == gb
+    print(f"{args.a} and {args.b}: logits and {len(ga)} tokens "
+          + ("identical" if same else "DIFFER"))
+    print("PASS" if same else "FAIL")
+    return 0 if same else 1
 
 
 def cmd_check_tokens(args):
@@ -695,7 +709,7 @@ def cmd_requant(args):
     if not small:
         sys.exit("requant: --types needs a 32-element type for rows that are not a multiple of 256")
     arch = reader.fields["general.architecture"].contents()
-    w = gguf.GGUFWriter(args.out, arch)
+    w = gguf.GGUFWriter(args.out, arch, split_max_tensors=args.split_max_tensors)
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
@@ -733,7 +747,8 @@ def cmd_requant(args):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"wrote {args.out}: " + ", ".join(f"{k}×{v}" for k, v in sorted(used.items())))
+    shards = f" in {len(w.tensors)} shards" if len(w.tensors) > 1 else ""
+    print(f"wrote {args.out}{shards}: " + ", ".join(f"{k}×{v}" for k, v in sorted(used.items())))
     ok = True
     for k in sorted(err):
         e = float(np.mean(err[k]))
@@ -893,6 +908,12 @@ def main():
     p.add_argument("--prompt", default="The capital of France is")
     p.add_argument("-n", type=int, default=32)
     p.add_argument("--safetensors", default="", help="a checkpoint from export-hf to compare too")
+    p = sub.add_parser("check-same")
+    p.add_argument("--nibble", required=True)
+    p.add_argument("--a", required=True)
+    p.add_argument("--b", required=True)
+    p.add_argument("--prompt-ids", default="1,504,3458,282,4649,314")
+    p.add_argument("-n", type=int, default=8)
     p = sub.add_parser("check-tokens")
     p.add_argument("--model", required=True)
     p.add_argument("--nibble", required=True)
@@ -917,6 +938,8 @@ def main():
     p.add_argument("--types", default="Q4_K,Q5_K,Q6_K,Q3_K,Q2_K,IQ4_XS,Q5_0,Q5_1,IQ4_NL")
     p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
                    help="add Llama 3.1 RoPE scaling as a rope_freqs.weight tensor")
+    p.add_argument("--split-max-tensors", type=int, default=0,
+                   help="write shards of at most this many tensors (llama.cpp's gguf-split)")
     p = sub.add_parser("make-arch")
     p.add_argument("--arch", choices=["qwen2", "qwen3", "phi3"], required=True)
     p.add_argument("--model", required=True)
@@ -932,6 +955,8 @@ def main():
         return cmd_tokens(args)
     if args.cmd == "check":
         return cmd_check(args)
+    if args.cmd == "check-same":
+        return cmd_check_same(args)
     if args.cmd == "check-tokens":
         return cmd_check_tokens(args)
     if args.cmd == "check-spm":
