@@ -709,6 +709,7 @@ def cmd_requant(args):
     if not small:
         sys.exit("requant: --types needs a 32-element type for rows that are not a multiple of 256")
     arch = reader.fields["general.architecture"].contents()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     w = gguf.GGUFWriter(args.out, arch, split_max_tensors=args.split_max_tensors)
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
