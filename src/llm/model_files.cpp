@@ -142,8 +142,8 @@ std::optional<FusedPart> fused_part(const std::string& name, const ModelConfig& 
 }
 
 // Serves the canonical q, k, v, gate and up tensors of a file that stores them fused (Phi-3) as
-// row ranges of the fused tensors, everything else from the file. The last fused tensor read is
-// kept, so q, k and v cost one read.
+// row ranges of the fused tensors, everything else from the file. The fused tensor read last is
+// kept until its last part is served, so q, k and v (loaded in that order) cost one read.
 class FusedPartsSource final : public WeightSource {
  public:
   FusedPartsSource(std::unique_ptr<WeightSource> inner, const ModelConfig& c)
@@ -167,7 +167,12 @@ class FusedPartsSource final : public WeightSource {
       cached_name_ = p->fused;
     }
     const auto first = cached_.begin() + p->first_row * k;
-    return std::vector<float>(first, first + p->rows * k);
+    std::vector<float> part(first, first + p->rows * k);
+    if (p->first_row + p->rows == p->fused_rows) {  // the last part (v, up): free the copy
+      cached_ = {};
+      cached_name_.clear();
+    }
+    return part;
   }
 
   std::string describe() const override {
