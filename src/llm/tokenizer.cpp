@@ -467,18 +467,24 @@ Tokenizer::ChatFormat Tokenizer::chat_format() const {
   return ChatFormat::none;
 }
 
-std::string Tokenizer::chat_prompt(std::string_view user) const {
-  const std::string u(user);
+std::string Tokenizer::chat_prompt(std::string_view user, std::string_view system) const {
+  const std::string u(user), sys(system);
+  const bool has_sys = !sys.empty();
   switch (chat_format()) {
     case ChatFormat::chatml:
-      return "<|im_start|>user\n" + u + "<|im_end|>\n<|im_start|>assistant\n";
+      return (has_sys ? "<|im_start|>system\n" + sys + "<|im_end|>\n" : std::string()) +
+             "<|im_start|>user\n" + u + "<|im_end|>\n<|im_start|>assistant\n";
     case ChatFormat::llama3:
-      return "<|start_header_id|>user<|end_header_id|>\n\n" + u +
+      return (has_sys ? "<|start_header_id|>system<|end_header_id|>\n\n" + sys + "<|eot_id|>"
+                      : std::string()) +
+             "<|start_header_id|>user<|end_header_id|>\n\n" + u +
              "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
     case ChatFormat::inst:
-      return "[INST] " + u + " [/INST]";
+      return "[INST] " + (has_sys ? "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" : std::string()) + u +
+             " [/INST]";
     case ChatFormat::phi3:
-      return "<|user|>\n" + u + "<|end|>\n<|assistant|>\n";
+      return (has_sys ? "<|system|>\n" + sys + "<|end|>\n" : std::string()) + "<|user|>\n" + u +
+             "<|end|>\n<|assistant|>\n";
     case ChatFormat::none:
       break;
   }

@@ -85,7 +85,9 @@ class Tokenizer {
   /// <|end_header_id|>\n\n", Llama 2 / Mistral "[INST] ... [/INST]", or Phi-3
   /// "<|user|>\n...<|end|>\n<|assistant|>\n" (BOS, when the model adds one, comes from
   /// encode()). Throws unsupported when chat_format() is none.
-  std::string chat_prompt(std::string_view user) const;
+  /// With a non-empty `system`, a system turn comes first (ChatML and Llama 3 as a "system" turn,
+  /// Phi-3 as <|system|>, [INST] as Llama 2's <<SYS>> block inside the first instruction).
+  std::string chat_prompt(std::string_view user, std::string_view system = {}) const;
   /// For loaders: the chat template text (Jinja), used only to recognise the format.
   void set_chat_template(std::string t) { chat_template_ = std::move(t); }
 

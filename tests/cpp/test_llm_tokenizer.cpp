@@ -207,10 +207,14 @@ TEST(LlmTokenizer, ChatFormatFromTheTemplateOrTheSpecialTokens) {
             "assistant<|end_header_id|>\n\n");
   t.set_chat_template("{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]");
   EXPECT_EQ(t.chat_prompt("Hi?"), "[INST] Hi? [/INST]");
+  EXPECT_EQ(t.chat_prompt("Hi?", "Be brief."), "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi? [/INST]");
   t.set_chat_template("{% if m['role'] == 'user' %}<|user|>\n{{ m }}<|end|>\n<|assistant|>\n");
   EXPECT_EQ(t.chat_prompt("Hi?"), "<|user|>\nHi?<|end|>\n<|assistant|>\n");
   t.set_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n");
   EXPECT_EQ(t.chat_prompt("Hi?"), "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.chat_prompt("Hi?", "Be brief."),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n"
+            "<|im_start|>assistant\n");
   // Without a template, ChatML's special tokens in the vocabulary are enough.
   std::string json = byte_level_json(true, byte_level);
   const std::string added = "{\"id\":260,\"content\":\"<|end|>\",\"special\":true}";

@@ -214,7 +214,7 @@ int run_model_info(int argc, char** argv) {
 int run_generate(int argc, char** argv) {
   const Invocation inv = parse("generate", argc, argv,
                                {"prompt", "prompt-ids", "prompt-len", "n", "temperature", "top-k",
-                                "top-p", "chat", "ids", "dump-logits", "no-stop", "quiet"});
+                                "top-p", "chat", "system", "ids", "dump-logits", "no-stop", "quiet"});
   const Args& a = inv.args;
   std::vector<std::string> formats = split_list(a.get("format", ""));
   if (!a.has("format")) formats = {default_format(a, open(inv))};
@@ -241,13 +241,14 @@ int run_generate(int argc, char** argv) {
       prompt = parse_ids(a.get("prompt-ids", ""), m.config.vocab_size);
     } else if (tok != nullptr) {
       std::string text = a.get("prompt", "Once upon a time,");
+      if (a.has("system") && !a.has("chat")) usage_error("generate", "--system needs --chat");
       if (a.has("chat")) {
         if (tok->chat_format() == llm::Tokenizer::ChatFormat::none)
           usage_error("generate",
                       "--chat needs a chat format nibble knows (ChatML <|im_start|>, Llama 3 "
                       "<|start_header_id|>, or [INST] in the model's chat template); this model "
                       "has none");
-        text = tok->chat_prompt(text);
+        text = tok->chat_prompt(text, a.get("system", ""));
       }
       prompt = tok->encode(text);
     } else {  // random weights: a deterministic prompt of --prompt-len ids

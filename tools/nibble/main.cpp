@@ -198,7 +198,7 @@ void usage() {
       "                       for a GPU of ratio R (default: this GPU's), within a time budget\n"
       "  info MODEL [--load [--format FMT]]\n"
       "                       a model's config, weights and tokenizer (.gguf or HF directory)\n"
-      "  generate MODEL [--prompt TEXT | --prompt-ids 1,2,...] [-n 32] [--chat]\n"
+      "  generate MODEL [--prompt TEXT | --prompt-ids 1,2,...] [-n 32] [--chat [--system TEXT]]\n"
       "       [--format bf16|f32|w4a8_pc|w4a8_g128|w8a8|w4a16_g128|...[,more]]\n"
       "       (sim:FORMAT: the format simulated in f32, for accuracy studies)\n"
       "       [--prefill-format F --decode-format F] [--device cpu|cuda] [--temperature T]\n"
