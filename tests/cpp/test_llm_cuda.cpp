@@ -681,6 +681,22 @@ TEST(LlmCudaBackend, Llama3RopeScalingMatchesTheCpu) {
   EXPECT_GT(rel_frob(logits_of(*plain, prompt, 0, true), r), 10 * err);
 }
 
+// Heads whose total width is not the hidden size (Qwen3-0.6B, Mistral-NeMo: head_dim · n_heads ≠
+// dim): q and the attention output are qd wide, o maps qd back to dim.
+TEST(LlmCudaBackend, HeadsWiderThanTheHiddenSizeMatchTheCpu) {
+  NIBBLE_REQUIRE_GPU();
+  ModelConfig c = tied_config();
+  c.head_dim = 128;  // 4 heads × 128 = 512 against dim 256
+  for (const char* mode : {"bf16", "w4a8_g128"}) {
+    SCOPED_TRACE(mode);
+    const auto prompt = prompt_of(24, c.vocab_size);
+    auto gpu = backend("cuda", c, options(mode));
+    auto cpu = backend("cpu", c, options(mode));
+    const auto g = logits_of(*gpu, prompt, 0, true), r = logits_of(*cpu, prompt, 0, true);
+    EXPECT_LT(rel_frob(g, r), std::string(mode) == "bf16" ? kGpuCpuTolBf16 : kGpuCpuTolInt8);
+  }
+}
+
 TEST(LlmCudaBackend, GreedyTokensMatchTheCpu) {
   NIBBLE_REQUIRE_GPU();
   const ModelConfig c = tied_config();
