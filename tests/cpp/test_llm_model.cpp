@@ -273,8 +273,9 @@ ModelConfig tiny_config() {
   return c;
 }
 
-std::unique_ptr<Backend> tiny_backend(const std::string& mode, int threads = 1) {
-  ModelFiles m = random_model(tiny_config(), 7);
+std::unique_ptr<Backend> tiny_backend(const std::string& mode, int threads = 1,
+                                      const ModelConfig& c = tiny_config()) {
+  ModelFiles m = random_model(c, 7);
   BackendOptions o;
   o.strategy = {mode, mode};
   o.head_mode = mode == "f32" ? "f32" : "bf16";
@@ -283,8 +284,8 @@ std::unique_ptr<Backend> tiny_backend(const std::string& mode, int threads = 1) 
 }
 
 // The forward pass in float64 from the formulas (HF layout: RoPE on pairs (i, i + hd/2)).
-std::vector<double> reference_logits(const std::vector<int32_t>& tokens) {
-  const ModelConfig c = tiny_config();
+std::vector<double> reference_logits(const std::vector<int32_t>& tokens,
+                                     const ModelConfig& c = tiny_config()) {
   ModelFiles m = random_model(c, 7);
   auto load = [&](const std::string& n, std::initializer_list<int64_t> s) {
     auto f = m.weights->load(n, s);
@@ -371,17 +372,22 @@ std::vector<double> reference_logits(const std::vector<int32_t>& tokens) {
 const std::vector<int32_t> kPrompt = {3, 50, 7, 96, 0, 12, 12, 41, 5};
 
 TEST(LlmCpuBackend, F32MatchesTheFloat64Formulas) {
-  auto be = tiny_backend("f32");
-  std::vector<float> logits;
-  be->forward(kPrompt, 0, false, logits);
-  const auto want = reference_logits(kPrompt);
-  ASSERT_EQ(logits.size(), want.size());
-  double max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    max_err = std::max(max_err, std::abs(logits[i] - want[i]));
-    max_ref = std::max(max_ref, std::abs(want[i]));
+  ModelConfig wide = tiny_config();
+  wide.head_dim = 16;  // 4 heads × 16 = 64 against dim 32, as Qwen3-0.6B and Mistral-NeMo
+  for (const ModelConfig& c : {tiny_config(), wide}) {
+    SCOPED_TRACE("head_dim " + std::to_string(c.head_dim));
+    auto be = tiny_backend("f32", 1, c);
+    std::vector<float> logits;
+    be->forward(kPrompt, 0, false, logits);
+    const auto want = reference_logits(kPrompt, c);
+    ASSERT_EQ(logits.size(), want.size());
+    double max_err = 0, max_ref = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      max_err = std::max(max_err, std::abs(logits[i] - want[i]));
+      max_ref = std::max(max_ref, std::abs(want[i]));
+    }
+    EXPECT_LT(max_err, 1e-5 * std::max(1.0, max_ref)) << "max |logit| " << max_ref;
   }
-  EXPECT_LT(max_err, 1e-5 * std::max(1.0, max_ref)) << "max |logit| " << max_ref;
 }
 
 TEST(LlmCpuBackend, PrefillEqualsTokenByTokenDecodeInEveryMode) {
