@@ -220,9 +220,11 @@ void split_llama3(std::string_view text, const std::vector<Cp>& cps, size_t begi
   auto cls = [&](size_t i) { return run.cls(i); };
   auto cpt = [&](size_t i) { return run.cp(i); };
   auto emit = [&](size_t a, size_t b) { run.emit(a, b); };
+  // Case-insensitive as the regex engine's (?i): ASCII case, and U+017F (long s), which Unicode
+  // case-folds to 's' — the only code point outside ASCII that folds to a contraction letter.
   auto lower = [&](size_t i) {
     const uint32_t c = cpt(i);
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+    return c >= 'A' && c <= 'Z' ? c + 32 : c == 0x17F ? uint32_t{'s'} : c;
   };
   auto is_crlf = [&](size_t i) { return cpt(i) == '\r' || cpt(i) == '\n'; };
   size_t pos = begin;

@@ -162,6 +162,7 @@ TEST(LlmTokenizer, Llama3SplitPreTokenizerFromTokenizerJson) {
   EXPECT_EQ(t.pre_split("12345 (hello) I'LL  go\n\n  x"),
             (Pieces{"123", "45", " (", "hello", ")", " I", "'LL", " ", " go", "\n\n", " ", " x"}));
   EXPECT_EQ(t.pre_split("(hi"), (Pieces{"(hi"}));
+  EXPECT_EQ(t.pre_split("a'\xC5\xBFx"), (Pieces{"a", "'\xC5\xBF", "x"}));  // 'ſ folds to 's
   EXPECT_EQ(t.pre_split("x!?\n\ny"), (Pieces{"x", "!?\n\n", "y"}));
   EXPECT_EQ(t.encode("12"), (Ids{259}));  // "12" is one piece and merges
   // The export keeps the rule: tokenizer.json → to_hf_json → the same pieces and ids.
