@@ -300,9 +300,10 @@ void ModelConfig::set_rope_scaling(const RopeScaling& s, const std::string& what
              ErrorCode::unsupported);
   if (!(s.factor > 0.0) || !std::isfinite(s.factor))
     fail_cfg(what, "the RoPE scaling factor must be a positive number");
-  const int64_t half = head_dim / 2;
   rope_scaling = s;
-  rope_freq_factors.assign(static_cast<size_t>(half), static_cast<float>(s.factor));
+  rope_freq_factors.clear();
+  const std::vector<double> base = rope_inv_freq();  // the unscaled rates
+  rope_freq_factors.assign(base.size(), static_cast<float>(s.factor));
   if (s.type == "linear") return;
   if (!(s.low_freq_factor > 0.0) || !(s.high_freq_factor > s.low_freq_factor) ||
       s.original_context <= 0)
@@ -314,10 +315,8 @@ void ModelConfig::set_rope_scaling(const RopeScaling& s, const std::string& what
   const double pi = 3.14159265358979323846;
   const double orig = static_cast<double>(s.original_context);
   const double low_wavelen = orig / s.low_freq_factor, high_wavelen = orig / s.high_freq_factor;
-  for (int64_t i = 0; i < half; ++i) {
-    const double inv =
-        std::pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-    const double wavelen = 2.0 * pi / inv;
+  for (size_t i = 0; i < base.size(); ++i) {
+    const double wavelen = 2.0 * pi / base[i];
     double f = s.factor;
     if (wavelen < high_wavelen) {
       f = 1.0;
@@ -326,7 +325,7 @@ void ModelConfig::set_rope_scaling(const RopeScaling& s, const std::string& what
           (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
       f = 1.0 / ((1.0 - smooth) / s.factor + smooth);
     }
-    rope_freq_factors[static_cast<size_t>(i)] = static_cast<float>(f);
+    rope_freq_factors[i] = static_cast<float>(f);
   }
 }
 

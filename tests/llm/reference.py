@@ -501,38 +501,34 @@ def cmd_check_pre_split(args):
     with open(jsonl, "w", encoding="utf-8") as fh:
         for s in strings:
             fh.write(json.dumps(s) + "\n")
-    ok = True
     # The pieces themselves: the ids alone can hide a wrong cut where no merge crosses it.
     split = pre_tokenizers.Split(Regex(PRE_SPLIT_REGEX[args.pre]), behavior="isolated", invert=False)
     want_pieces = [[p for p, _ in split.pre_tokenize_str(s)] for s in strings]
-    for model in (path, hf_dir):
-        res = subprocess.run([args.nibble, "tokenize", model, "--jsonl", jsonl, "--pieces"],
+
+    def compare(model, flag, parse, expected, what, show):
+        """nibble tokenize --jsonl with `flag`, line by line against `expected`."""
+        res = subprocess.run([args.nibble, "tokenize", model, "--jsonl", jsonl, flag],
                              capture_output=True, text=True)
         if res.returncode != 0:
-            sys.exit(f"FAIL: nibble tokenize --pieces exited {res.returncode}: {res.stderr}")
-        got = [json.loads(line) for line in res.stdout.split("\n")[:len(strings)]]
-        bad = [i for i in range(len(strings)) if i >= len(got) or got[i] != want_pieces[i]]
-        print(f"{model}: pre-tokenizer pieces of {len(strings)} strings "
-              f"({sum(map(len, want_pieces))} pieces): "
-              + ("all identical to tokenizers' Split" if not bad else f"{len(bad)} DIFFER"))
+            sys.exit(f"FAIL: nibble tokenize {flag} exited {res.returncode}: {res.stderr}")
+        got = [parse(line) for line in res.stdout.split("\n")[:len(strings)]]
+        bad = [i for i in range(len(strings)) if i >= len(got) or got[i] != expected[i]]
+        print(f"{model}: {what}: " + ("all identical to tokenizers" if not bad else f"{len(bad)} DIFFER"))
         for i in bad[:5]:
             print(f"  {strings[i][:80]!r}: nibble {got[i][:12] if i < len(got) else None}, "
-                  f"tokenizers {want_pieces[i][:12]}")
-        ok = ok and not bad
+                  f"tokenizers {show(expected[i][:12])}")
+        return not bad
+
+    ok = True
     for model in (path, hf_dir):
-        res = subprocess.run([args.nibble, "tokenize", model, "--jsonl", jsonl, "--no-bos"],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            sys.exit(f"FAIL: nibble tokenize exited {res.returncode}: {res.stderr}")
-        got = [[int(x) for x in line.split(",") if x] for line in res.stdout.split("\n")[:len(strings)]]
-        bad = [i for i in range(len(strings)) if i >= len(got) or got[i] != want[i]]
-        print(f"{model}: {len(strings)} strings ({sum(map(len, want))} tokens; the text, "
-              f"{len(TOKEN_TEST_STRINGS) + 3} fixed, {args.random} random, seed {args.seed}): "
-              + ("all identical to tokenizers" if not bad else f"{len(bad)} DIFFER"))
-        for i in bad[:5]:
-            print(f"  {strings[i][:80]!r}: nibble {got[i][:12] if i < len(got) else None}, "
-                  f"tokenizers {want[i][:12]} {[tok.id_to_token(t) for t in want[i][:12]]}")
-        ok = ok and not bad
+        ok &= compare(model, "--pieces", json.loads, want_pieces,
+                      f"pre-tokenizer pieces of {len(strings)} strings "
+                      f"({sum(map(len, want_pieces))} pieces)", lambda p: p)
+    for model in (path, hf_dir):
+        ok &= compare(model, "--no-bos", lambda line: [int(x) for x in line.split(",") if x], want,
+                      f"{len(strings)} strings ({sum(map(len, want))} tokens; the text, "
+                      f"{len(TOKEN_TEST_STRINGS) + 3} fixed, {args.random} random, seed {args.seed})",
+                      lambda ids: f"{ids} {[tok.id_to_token(t) for t in ids]}")
     used = sum(t in (n - 2, n - 1) for ids in want for t in ids)
     print(f"the words only ignore_merges builds appear {used} times"
           + (" (ignore_merges is on)" if ignore_merges else " (ignore_merges is off)"))
@@ -682,6 +678,18 @@ def encode_blocks(x, name):
     return np.concatenate(parts, axis=1).reshape(rows, -1)
 
 
+def copy_metadata(reader, w, arch="llama", skip=()):
+    """Every metadata key of a llama GGUF file into writer `w` (made for `arch`), the llama.* keys
+    renamed to arch.*; the writer sets general.architecture and the GGUF.* header itself."""
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name in skip:
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        key = arch + "." + name[len("llama."):] if name.startswith("llama.") else name
+        w.add_key_value(key, field.contents(), vtype, sub)
+
+
 def llama3_rope_divisors(theta, hd, factor, low, high, orig):
     """Llama 3.1's per-pair RoPE divisors as llama.cpp's converter writes them (f32), computed in
     float64 from Hugging Face's rule."""
@@ -711,12 +719,7 @@ def cmd_requant(args):
     arch = reader.fields["general.architecture"].contents()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     w = gguf.GGUFWriter(args.out, arch, split_max_tensors=args.split_max_tensors)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(name, field.contents(), vtype, sub)
+    copy_metadata(reader, w)
     if args.rope_llama3:
         factor, low, high, orig = (float(v) for v in args.rope_llama3.split(","))
         hd = int(reader.fields["llama.embedding_length"].contents()) // int(
@@ -793,15 +796,7 @@ def cmd_make_arch(args):
     rng = np.random.default_rng(args.seed)
     hd = ref.head_dim
     w = gguf.GGUFWriter(args.out, arch)
-    for name, field in ref.reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        if name == "tokenizer.ggml.pre":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        key = arch + "." + name[len("llama."):] if name.startswith("llama.") else name
-        w.add_key_value(key, field.contents(), vtype, sub)
+    copy_metadata(ref.reader, w, arch=arch, skip=("tokenizer.ggml.pre",))
     w.add_tokenizer_pre("qwen2")
     w.add_key_length(hd)
     w.add_value_length(hd)
