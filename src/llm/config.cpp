@@ -224,8 +224,19 @@ ModelConfig ModelConfig::preset(const std::string& arch) {
         false);
   } else if (arch == "smollm2-135m") {  // SmolLM2-135M config.json
     set("SmolLM2-135M architecture (random weights)", 49152, 576, 30, 9, 3, 1536, 100000.0, true);
+  } else if (arch == "qwen2.5-7b") {  // Qwen2.5-7B config.json: q/k/v biases
+    set("Qwen2.5-7B architecture (random weights)", 152064, 3584, 28, 28, 4, 18944, 1e6, false);
+    c.arch = "qwen2";
+    c.qkv_bias = true;
+    c.norm_eps = 1e-6;
+  } else if (arch == "qwen3-8b") {  // Qwen3-8B config.json: per-head q/k RMSNorm
+    set("Qwen3-8B architecture (random weights)", 151936, 4096, 36, 32, 8, 12288, 1e6, false);
+    c.arch = "qwen3";
+    c.qk_norm = true;
+    c.norm_eps = 1e-6;
   } else {
-    fail_cfg("preset", "unknown architecture '" + arch + "' (llama3-8b, smollm2-135m)");
+    fail_cfg("preset", "unknown architecture '" + arch +
+                           "' (llama3-8b, smollm2-135m, qwen2.5-7b, qwen3-8b)");
   }
   c.validate(arch);
   return c;
@@ -332,7 +343,8 @@ void ModelConfig::set_rope_scaling(const RopeScaling& s, const std::string& what
 int64_t ModelConfig::n_params() const {
   const int64_t attn = dim * n_heads * head_dim * 2 + dim * n_kv_heads * head_dim * 2;
   const int64_t mlp = 3 * dim * ffn_dim;
-  const int64_t per_layer = attn + mlp + 2 * dim;
+  const int64_t biases = (qkv_bias ? (n_heads + 2 * n_kv_heads) * head_dim : 0) + (o_bias ? dim : 0);
+  const int64_t per_layer = attn + mlp + 2 * dim + biases + (qk_norm ? 2 * head_dim : 0);
   return vocab_size * dim * (tied_embeddings ? 1 : 2) + n_layers * per_layer + dim;
 }
 

@@ -322,15 +322,19 @@ class RandomSource final : public WeightSource {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     std::vector<float> w(static_cast<size_t>(n));
-    if (shape.size() == 1) {  // norm weights: ones, as at initialization
+    const bool bias = name.ends_with(".bias");
+    if (shape.size() == 1 && !bias) {  // norm weights: ones, as at initialization
       std::fill(w.begin(), w.end(), 1.0f);
       return w;
     }
     // Uniform in [-a, a] with variance 1/K (a = sqrt(3/K)) keeps each layer's output O(1);
-    // embedding rows get unit variance.
-    const int64_t k = *(shape.begin() + 1);
+    // embedding rows get unit variance; biases (which zeros would not test) are uniform in
+    // [-0.5, 0.5], the size of a trained model's.
+    const int64_t k = bias ? 0 : *(shape.begin() + 1);
     const bool embedding = name == "token_embd.weight";
-    const double a = embedding ? std::sqrt(3.0) : std::sqrt(3.0 / static_cast<double>(k));
+    const double a = bias        ? 0.5
+                     : embedding ? std::sqrt(3.0)
+                                 : std::sqrt(3.0 / static_cast<double>(k));
     uint64_t s = seed_;
     for (const char ch : name) s = (s ^ static_cast<uint8_t>(ch)) * 0x100000001B3ull;  // FNV-1a
     for (auto& x : w) {

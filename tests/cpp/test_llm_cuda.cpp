@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -469,6 +470,60 @@ std::vector<double> attention_reference(const std::vector<float>& q, int64_t m,
 // Both decode kernels (the split-KV one, and on sm_90+ the cluster one) on lengths that leave
 // most of a cluster's CTAs without keys (1, 3), end inside a ring stage (17, 100), and need
 // the ring to refill after the wait (5000: > 16·5·32 keys a kv head).
+// The attention extras (attention_extras.cu) against the CPU backend's add_bias and per-head
+// rmsnorm, written out here: the bias exactly, the norm up to the order of its double sum; q and
+// k heads take their own weights; v columns stay untouched.
+TEST(LlmCudaKernels, AddBiasAndHeadRmsNormMatchTheCpuFormulas) {
+  NIBBLE_REQUIRE_GPU();
+  nibble::test::Rng rng;
+  for (const HeadShape& h : kHeadShapes)
+    for (int64_t m : {1, 3, 17}) {
+      SCOPED_TRACE(std::to_string(h.n_heads) + "/" + std::to_string(h.n_kv_heads) + "x" +
+                   std::to_string(h.head_dim) + " m=" + std::to_string(m));
+      const AttentionShape s = shape_of(h, 16);
+      const int64_t ld = s.qkv_ld(), hd = h.head_dim;
+      auto qkv = normals(static_cast<size_t>(m * ld), rng, 2.0);
+      // An outlier column and a head of tiny values (where eps matters).
+      const auto outlier = static_cast<size_t>(rng.uniform_int(0, ld - 1));
+      for (int64_t r = 0; r < m; ++r) qkv[static_cast<size_t>(r) * ld + outlier] *= 300.0f;
+      for (int64_t i = 0; i < hd; ++i) qkv[static_cast<size_t>(hd + i) % qkv.size()] *= 1e-4f;
+      const auto bias = normals(static_cast<size_t>(ld), rng, 0.5);
+      const auto qw = normals(static_cast<size_t>(hd), rng), kw = normals(static_cast<size_t>(hd), rng);
+
+      std::vector<float> want = qkv;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t i = 0; i < ld; ++i) want[static_cast<size_t>(r * ld + i)] += bias[static_cast<size_t>(i)];
+      Tensor y = device_copy(qkv, DType::f32), b = device_copy(bias, DType::f32);
+      cuda::launch_add_bias(static_cast<float*>(y.data()), m, ld, static_cast<const float*>(b.data()),
+                            nullptr);
+      ASSERT_EQ(host_copy<float>(y), want);
+
+      const std::vector<float> biased = want;
+      for (int64_t r = 0; r < m; ++r)
+        for (int head = 0; head < h.n_heads + h.n_kv_heads; ++head) {
+          float* v = want.data() + r * ld + head * hd;
+          const std::vector<float>& w = head < h.n_heads ? qw : kw;
+          double ss = 0;
+          for (int64_t i = 0; i < hd; ++i) ss += static_cast<double>(v[i]) * v[i];
+          const auto inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(hd) + 1e-6));
+          for (int64_t i = 0; i < hd; ++i) v[i] = v[i] * inv * w[static_cast<size_t>(i)];
+        }
+      Tensor qwd = device_copy(qw, DType::f32), kwd = device_copy(kw, DType::f32);
+      cuda::launch_head_rmsnorm(static_cast<float*>(y.data()), m, s, static_cast<const float*>(qwd.data()),
+                                static_cast<const float*>(kwd.data()), 1e-6, nullptr);
+      const auto got = host_copy<float>(y);
+      const int64_t v0 = (h.n_heads + h.n_kv_heads) * hd;
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t i = 0; i < ld; ++i) {
+          const auto e = static_cast<size_t>(r * ld + i);
+          if (i >= v0)
+            ASSERT_EQ(got[e], biased[e]) << "v column " << i << " changed";
+          else
+            ASSERT_NEAR(got[e], want[e], 4e-7 * std::fabs(want[e]) + 1e-30) << r << "," << i;
+        }
+    }
+}
+
 TEST(LlmCudaKernels, AttentionDecodeMatchesAFloat64Reference) {
   NIBBLE_REQUIRE_GPU();
   nibble::test::Rng rng;
@@ -695,6 +750,80 @@ TEST(LlmCudaBackend, HeadsWiderThanTheHiddenSizeMatchTheCpu) {
     const auto g = logits_of(*gpu, prompt, 0, true), r = logits_of(*cpu, prompt, 0, true);
     EXPECT_LT(rel_frob(g, r), std::string(mode) == "bf16" ? kGpuCpuTolBf16 : kGpuCpuTolInt8);
   }
+}
+
+// Random weights whose q and k projections come out 4× too large, as q/k-norm models (Qwen3)
+// may have them, and whose q/k norm weights are not all ones: the norm then changes the
+// attention a lot, so a backend that skipped or misapplied it could not pass as the CPU.
+class QkScaledSource final : public WeightSource {
+ public:
+  explicit QkScaledSource(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)) {}
+  std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
+    std::vector<float> w = inner_->load(name, shape);
+    if (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"))
+      for (float& x : w) x *= 4.0f;
+    if (name.ends_with("attn_q_norm.weight") || name.ends_with("attn_k_norm.weight"))
+      for (size_t i = 0; i < w.size(); ++i)
+        w[i] = 0.5f + static_cast<float>((i * 37 + name.size()) % 64) / 64.0f;
+    return w;
+  }
+  bool has(const std::string& name) const override { return inner_->has(name); }
+  std::string describe() const override { return "q/k-scaled " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<WeightSource> inner_;
+};
+
+std::unique_ptr<Backend> qk_scaled_backend(const std::string& device, const ModelConfig& c,
+                                           const BackendOptions& o) {
+  ModelFiles m = random_model(c, 11);
+  m.weights = std::make_unique<QkScaledSource>(std::move(m.weights));
+  return make_backend(device, m, o);
+}
+
+// Qwen2's q/k/v biases, Llama's attention_bias (q/k/v and o) and Qwen3's per-head q/k norms
+// (with heads wider than the hidden size, as Qwen3-0.6B): prompt logits (prefill path) and the
+// logits of decode steps after it (decode path, through the graph) follow the CPU's, and differ
+// from those of the same weights without the extras by far more.
+TEST(LlmCudaBackend, AttentionBiasesAndQkNormsMatchTheCpu) {
+  NIBBLE_REQUIRE_GPU();
+  struct Variant {
+    const char* name;
+    bool qkv_bias, o_bias, qk_norm;
+  };
+  for (const Variant& v : {Variant{"qwen2", true, false, false}, Variant{"llama", true, true, false},
+                           Variant{"qwen3", false, false, true}})
+    for (const char* mode : {"bf16", "w4a8_g128"}) {
+      SCOPED_TRACE(std::string(v.name) + (v.o_bias ? " attention_bias " : " ") + mode);
+      ModelConfig c = tied_config();
+      c.arch = v.name;
+      c.qkv_bias = v.qkv_bias, c.o_bias = v.o_bias, c.qk_norm = v.qk_norm;
+      if (v.qk_norm) c.head_dim = 128;  // 4 heads × 128 against dim 256
+      auto make = [&](const std::string& device, const ModelConfig& cfg) {
+        return v.qk_norm ? qk_scaled_backend(device, cfg, options(mode))
+                         : backend(device, cfg, options(mode));
+      };
+      const auto prompt = prompt_of(24, c.vocab_size);
+      auto gpu = make("cuda", c);
+      auto cpu = make("cpu", c);
+      const double tol = std::string(mode) == "bf16" ? kGpuCpuTolBf16 : kGpuCpuTolInt8;
+      const auto g = logits_of(*gpu, prompt, 0, true), r = logits_of(*cpu, prompt, 0, true);
+      const double err = rel_frob(g, r);
+      ModelConfig plain = c;
+      plain.arch = "llama";  // the same weights, without the extras
+      plain.qkv_bias = plain.o_bias = plain.qk_norm = false;
+      const double extras = rel_frob(logits_of(*make("cpu", plain), prompt, 0, true), r);
+      std::printf("%s%s %s: GPU vs CPU prompt logits %.2e; without the extras %.2e\n", v.name,
+                  v.o_bias ? " attention_bias" : "", mode, err, extras);
+      EXPECT_LT(err, tol);
+      EXPECT_GT(extras, 5 * err);
+      for (int32_t step = 0; step < 3; ++step) {
+        const std::vector<int32_t> t{static_cast<int32_t>((step * 101 + 7) % c.vocab_size)};
+        const auto gd = logits_of(*gpu, t, 24 + step, false);
+        const auto rd = logits_of(*cpu, t, 24 + step, false);
+        EXPECT_LT(rel_frob(gd, rd), tol) << "decode step " << step;
+      }
+    }
 }
 
 TEST(LlmCudaBackend, GreedyTokensMatchTheCpu) {

@@ -43,6 +43,12 @@ TEST(LlmConfig, FromHuggingFaceConfigJson) {
   EXPECT_EQ(p.n_params(), c.n_params());
   EXPECT_NEAR(static_cast<double>(p.n_params()), 134.5e6, 0.1e6);
   EXPECT_NEAR(static_cast<double>(ModelConfig::preset("llama3-8b").n_params()), 8.03e9, 0.01e9);
+  // The model cards' counts: Qwen2.5-7B 7.61B, Qwen3-8B 8.19B.
+  const ModelConfig q2 = ModelConfig::preset("qwen2.5-7b"), q3 = ModelConfig::preset("qwen3-8b");
+  EXPECT_NEAR(static_cast<double>(q2.n_params()), 7.62e9, 0.01e9);
+  EXPECT_TRUE(q2.qkv_bias && !q2.o_bias && q2.arch == "qwen2");
+  EXPECT_NEAR(static_cast<double>(q3.n_params()), 8.19e9, 0.01e9);
+  EXPECT_TRUE(q3.qk_norm && q3.head_dim == 128 && q3.arch == "qwen3");
 }
 
 TEST(LlmConfig, BadConfigsNameTheProblem) {

@@ -203,7 +203,7 @@ void usage() {
       "       (sim:FORMAT: the format simulated in f32, for accuracy studies)\n"
       "       [--prefill-format F --decode-format F] [--device cpu|cuda] [--temperature T]\n"
       "       [--top-k K] [--top-p P] [--seed S] [--threads N] [--ctx-size N] [--ids]\n"
-      "       [--random-weights --arch llama3-8b|smollm2-135m [--layers L]]\n"
+      "       [--random-weights --arch llama3-8b|smollm2-135m|qwen2.5-7b|qwen3-8b [--layers L]]\n"
       "       [--head-format bf16|FMT] [--no-cuda-graph] [--no-fused-quant]   (the last three: GPU)\n"
       "                       generate text; prints TTFT, decode tokens/s, sizes, memory\n"
       "  bench-model (MODEL | --random-weights --arch A) [--format bf16,w4a8_pc,P:D,...]\n"

@@ -5,11 +5,13 @@
 //   per block:  h = rmsnorm(x + δ)·g_attn          (δ: the previous block's down output)
 //                                                                       rmsnorm.cu (add_rmsnorm)
 //               qkv (M, (Hq + 2Hkv)·hd) f32 = h · [Wq; Wk; Wv]ᵀ        one fused linear
+//               (+ [bq; bk; bv], then per-head RMSNorm of q and k, where the architecture has
+//               them: Qwen2, Qwen3)                                     attention_extras.cu
 //     M = 1:    attention_decode_cluster.cu (sm_90+) or attention_decode_splitkv.cu — RoPE of
 //               q, k; k, v into the cache at p; split-KV softmax(q·Kᵀ/√hd)·V with a
 //               deterministic combine; writes the o input directly
 //     M > 1:    rope.cu (q → bf16, k, v → cache) then sm80_attention_prefill.cu (tensor cores)
-//               δ = att · Woᵀ
+//               δ = att · Woᵀ (+ bo: Llama attention_bias)
 //               h = rmsnorm(x + δ)·g_ffn
 //               gu (M, 2F) f32 = h · [Wgate; Wup]ᵀ                      one fused linear
 //               a = silu(gu[:, :F]) ⊙ gu[:, F:]                         swiglu.cu
@@ -124,6 +126,10 @@ struct ProfileMarks {
 
 struct Layer {
   Tensor attn_norm, ffn_norm;  // (D) f32
+  // Attention extras (attention_extras.cu), undefined when the architecture has none:
+  // q|k|v biases (qkv_ld) and the o bias (D) f32 (Qwen2, Llama attention_bias); per-head q and k
+  // RMSNorm weights (head_dim) f32 (Qwen3).
+  Tensor qkv_bias, o_bias, q_norm, k_norm;
   // [phase]; the decode entry is the prefill one when the strategy uses one format.
   std::shared_ptr<GpuLinear> qkv[2], o[2], gate_up[2], down[2];
 };
@@ -157,12 +163,6 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(ModelFiles& files, const BackendOptions& opt, int ordinal)
       : c_(files.config), dev_(Device::cuda(ordinal)), fuse_(opt.fuse_activation_quant) {
-    // Attention biases (Qwen2) are not in the GPU block yet: refuse before any allocation
-    // rather than run the model without them.
-    if (c_.qkv_bias || c_.o_bias || c_.qk_norm)
-      detail::fail(ErrorCode::unsupported,
-                   "nibble::llm: " + c_.arch + " models with attention biases or q/k norms run on "
-                   "the CPU backend (--device cpu); the CUDA backend does not apply them yet");
     const int count = cuda_device_count();
     if (ordinal < 0 || ordinal >= count)
       detail::fail(ErrorCode::unsupported,
@@ -325,13 +325,19 @@ class CudaBackend final : public Backend {
     r.resident_weight_bytes = emb_.nbytes() + norms + (head_shares_table ? 0 : head_->weight_bytes());
     // A decode step reads one embedding row, every decode-phase block weight and the output.
     r.decode_weight_bytes = head_->weight_bytes() + norms + c_.dim * 2;
-    for (const Layer& L : layers_)
+    for (const Layer& L : layers_) {
+      for (const Tensor* t : {&L.qkv_bias, &L.o_bias, &L.q_norm, &L.k_norm})
+        if (t->defined()) {
+          r.resident_weight_bytes += t->nbytes();
+          r.decode_weight_bytes += t->nbytes();
+        }
       for (auto* lin : {&L.qkv, &L.o, &L.gate_up, &L.down}) {
         r.resident_weight_bytes += (*lin)[kPrefill]->weight_bytes();
         if ((*lin)[kDecode] != (*lin)[kPrefill])
           r.resident_weight_bytes += (*lin)[kDecode]->weight_bytes();
         r.decode_weight_bytes += (*lin)[kDecode]->weight_bytes();
       }
+    }
     r.kv_cache_bytes = k_cache_.nbytes() + v_cache_.nbytes();
     r.device_allocated_bytes = allocated_bytes_ + r.resident_weight_bytes;
     detail::DeviceGuard guard(dev_.index);
@@ -511,6 +517,20 @@ class CudaBackend final : public Backend {
       L.attn_norm =
           random_on_device_ ? ones(d) : upload_f32(src.load(p + "attn_norm.weight", {d}));
       L.ffn_norm = random_on_device_ ? ones(d) : upload_f32(src.load(p + "ffn_norm.weight", {d}));
+      // The extras are small: loaded from the source even for weights made on the device.
+      if (c_.qkv_bias) {
+        std::vector<float> b = src.load(p + "attn_q.bias", {qd});
+        for (const char* part : {"attn_k.bias", "attn_v.bias"}) {
+          const std::vector<float> kv = src.load(p + part, {kvd});
+          b.insert(b.end(), kv.begin(), kv.end());
+        }
+        L.qkv_bias = upload_f32(b);
+      }
+      if (c_.o_bias) L.o_bias = upload_f32(src.load(p + "attn_output.bias", {d}));
+      if (c_.qk_norm) {
+        L.q_norm = upload_f32(src.load(p + "attn_q_norm.weight", {hd}));
+        L.k_norm = upload_f32(src.load(p + "attn_k_norm.weight", {hd}));
+      }
       lin(L.qkv, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, {qd, kvd, kvd}, d);
       lin(L.o, {"attn_output.weight"}, {d}, qd);
       lin(L.gate_up, {"ffn_gate.weight", "ffn_up.weight"}, {f, f}, d);
@@ -711,11 +731,13 @@ class CudaBackend final : public Backend {
 
   // A block's output linear (o or down) from `in`: added to the residual stream x in its
   // epilogue, which also writes x's granule sums for the next norm, where it can
-  // (norm_in_linear); else written to delta for the next add_rmsnorm.
+  // (norm_in_linear) and there is no bias; else written to delta (plus the bias: the CPU's
+  // order, linear output then bias, then the residual add) for the next add_rmsnorm.
   void run_residual_linear(const GpuLinear& lin, const ActOutput& in, int64_t m, int64_t width,
-                           float* x, float* delta, Stream s, cublasHandle_t blas) {
+                           float* x, float* delta, Stream s, cublasHandle_t blas,
+                           const Tensor& bias = Tensor{}) {
     const int64_t d = c_.dim;
-    if (!delta_pending_ && lin.norm_in_linear(fuse_, m)) {
+    if (!delta_pending_ && !bias.defined() && lin.norm_in_linear(fuse_, m)) {
       LinearFusion residual;
       residual.accumulate = true;
       residual.out_sumsq = x_sumsq_.view();
@@ -724,6 +746,7 @@ class CudaBackend final : public Backend {
       return;
     }
     run_linear(lin, in, m, width, delta, d, s, blas);
+    if (bias.defined()) cuda::launch_add_bias(delta, m, d, static_cast<const float*>(bias.data()), s);
     delta_pending_ = true;
     sums_current_ = false;
   }
@@ -750,6 +773,13 @@ class CudaBackend final : public Backend {
       run_normed_linear(*L.qkv[ph], x, delta, m, static_cast<const float*>(L.attn_norm.data()),
                         qkv, shape_.qkv_ld(), s, blas);
       mark("qkv", s);
+      if (L.qkv_bias.defined())
+        cuda::launch_add_bias(qkv, m, shape_.qkv_ld(), static_cast<const float*>(L.qkv_bias.data()),
+                              s);
+      if (L.q_norm.defined())
+        cuda::launch_head_rmsnorm(qkv, m, shape_, static_cast<const float*>(L.q_norm.data()),
+                                  static_cast<const float*>(L.k_norm.data()), c_.norm_eps, s);
+      if (L.qkv_bias.defined() || L.q_norm.defined()) mark("attention_extras", s);
       ActKind att_kind = L.o[ph]->input_kind(fuse_, m);
       if (ph == kDecode) {
         const ActOutput att = act_output(att_kind);
@@ -760,7 +790,7 @@ class CudaBackend final : public Backend {
         cuda::launch_attention_decode(qkv, pos, shape_, static_cast<const float*>(cos_.data()),
                                       static_cast<const float*>(sin_.data()), kc, vc, ws, att, s);
         mark("attention", s);
-        run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas);
+        run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas, L.o_bias);
         mark("o", s);
       } else {
         if (att_kind == ActKind::s8_per_token) att_kind = ActKind::f32;  // o quantizes itself
@@ -775,7 +805,7 @@ class CudaBackend final : public Backend {
         if (timed)
           NIBBLE_CUDA_CHECK(
               cudaEventRecord(attn_events_.events[static_cast<size_t>(2 * l + 1)], s));
-        run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas);
+        run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas, L.o_bias);
       }
       // MLP.
       run_normed_linear(*L.gate_up[ph], x, delta, m, static_cast<const float*>(L.ffn_norm.data()),

@@ -63,6 +63,15 @@ void launch_rope_qkv_store(const float* qkv, int64_t m, const int32_t* pos0,
                            const AttentionShape& s, const float* cos, const float* sin,
                            uint16_t* q_out, uint16_t* k_cache, uint16_t* v_cache, Stream stream);
 
+/// y (m, n) f32, row stride n: y[r, i] += bias[i] (attention biases; attention_extras.cu).
+void launch_add_bias(float* y, int64_t m, int64_t n, const float* bias, Stream stream);
+
+/// Per-head RMSNorm of q and k in place (Qwen3): for token t < m, every q head and k head of
+/// qkv[t] (f32, (m, qkv_ld): q | k | v) becomes v·inv·w, inv = 1/sqrt(mean(v²) + eps) (mean in
+/// double), w = q_norm or k_norm (head_dim) f32. v heads are untouched.
+void launch_head_rmsnorm(float* qkv, int64_t m, const AttentionShape& s, const float* q_norm,
+                         const float* k_norm, double eps, Stream stream);
+
 /// Workspace of the decode attention: partial softmax states and arrival counters.
 struct DecodeAttentionWorkspace {
   float* partials = nullptr;  ///< (n_heads, splits, hd + 4) f32: acc, m, l, padding
