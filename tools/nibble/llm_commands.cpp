@@ -503,9 +503,9 @@ int run_bench_model(int argc, char** argv) {
                 "(eager, queued); graph-replayed step incl. the argmax %.1f us\n",
                 r.entry.c_str(), r.head.c_str(), total * 1e6,
                 r.decode_tps_short > 0 ? 1e6 / r.decode_tps_short : 0.0);
-    std::printf("  %-12s %6s %10s %10s %7s\n", "op", "calls", "total us", "us/call", "share");
+    std::printf("  %-16s %6s %10s %10s %7s\n", "op", "calls", "total us", "us/call", "share");
     for (const auto& op : r.decode_ops)
-      std::printf("  %-12s %6d %10.1f %10.2f %6.1f%%\n", op.op.c_str(), op.calls,
+      std::printf("  %-16s %6d %10.1f %10.2f %6.1f%%\n", op.op.c_str(), op.calls,
                   op.seconds * 1e6, op.seconds * 1e6 / op.calls, 100 * op.seconds / total);
   }
 
