@@ -1,6 +1,7 @@
 #include "llm/model_files.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -97,6 +98,91 @@ class GgufSource final : public WeightSource {
 };
 
 const char* const kQuantParts[] = {"qweight", "scales", "zeros", "group_scales"};
+
+// ---- checkpoints quantized by GPTQ or AWQ tools --------------------------------------------------
+//
+// Hugging Face checkpoints made by AutoGPTQ / GPTQModel / optimum (quant_method "gptq") or
+// AutoAWQ (quant_method "awq", GEMM packing) hold, per linear layer (n outputs, k inputs, groups
+// of G along k), 4-bit codes q, a 4-bit zero z and an f16 scale s per group, with
+//   w[n, k] = s[g, n] · (q[n, k] − z[g, n]),  g = k / G,
+// which is exactly nibble's w4a16_g<G>_asym_sf16 (u4_asym, f16 group scales). They are imported
+// as that format without re-quantizing, so they run with nibble's W4A16 kernels as they are.
+//   GPTQ  qweight (k/8, n) int32: bits 4j..4j+3 of [i, n] hold q[n, 8i + j];
+//         qzeros (k/G, n/8) int32: bits 4j.. of [g, c] hold z[g, 8c + j], minus 1 in the original
+//         ("gptq", v1) checkpoint format, as is in "gptq_v2";
+//         scales (k/G, n) f16; g_idx (k) int32, the group of each k: only k / G is taken
+//         (act-order checkpoints permute it: refused).
+//   AWQ   qweight (k, n/8) int32 and qzeros (k/G, n/8) int32: nibble i of word c holds column
+//         8c + kAwqOrder[i] (AutoAWQ's interleaved order); scales (k/G, n) f16; z as is.
+struct ImportedQuantization {
+  std::string method;  // "gptq" or "awq"; empty for checkpoints without quantization_config
+  int64_t group = 0;
+  bool zero_plus_one = false;  // GPTQ v1: each stored zero is z − 1
+  std::string format() const { return "w4a16_g" + std::to_string(group) + "_asym_sf16"; }
+};
+
+constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+ImportedQuantization imported_quantization(const Json& config, const std::string& what) {
+  ImportedQuantization iq;
+  const Json* q = config.is_object() ? config.find("quantization_config") : nullptr;
+  if (q == nullptr || q->is_null()) return iq;
+  auto text = [&](const char* key, const std::string& fallback) {
+    const Json* v = q->is_object() ? q->find(key) : nullptr;
+    return v != nullptr && v->is_string() ? v->string() : fallback;
+  };
+  auto integer = [&](std::initializer_list<const char*> keys) -> int64_t {
+    for (const char* key : keys)
+      if (const Json* v = q->is_object() ? q->find(key) : nullptr; v != nullptr && v->is_int())
+        return v->integer();
+    return -1;
+  };
+  auto flag = [&](const char* key, bool fallback) {
+    const Json* v = q->is_object() ? q->find(key) : nullptr;
+    return v != nullptr && v->is_bool() ? v->boolean() : fallback;
+  };
+  std::string method = text("quant_method", "");
+  std::transform(method.begin(), method.end(), method.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (method != "gptq" && method != "awq")
+    fail_model(what + ": quantization_config.quant_method '" + method +
+                   "' is not one nibble imports (gptq, awq with GEMM packing); use the "
+                   "unquantized model and nibble's own formats",
+               ErrorCode::unsupported);
+  const int64_t bits = integer({"bits", "w_bit"});
+  if (bits != 4)
+    fail_model(what + ": a " + method + " checkpoint of " + std::to_string(bits) +
+                   "-bit weights; nibble imports 4-bit ones",
+               ErrorCode::unsupported);
+  iq.group = integer({"group_size", "q_group_size"});
+  if (iq.group != 32 && iq.group != 64 && iq.group != 128 && iq.group != 256)
+    fail_model(what + ": " + method + " group_size " + std::to_string(iq.group) +
+                   "; nibble's group formats take 32, 64, 128 or 256",
+               ErrorCode::unsupported);
+  if (flag("lm_head", false))
+    fail_model(what + ": the output layer (lm_head) is quantized too; nibble imports block "
+                      "linears only",
+               ErrorCode::unsupported);
+  if (method == "gptq") {
+    const std::string cf = text("checkpoint_format", "gptq");
+    if (cf != "gptq" && cf != "gptq_v2")
+      fail_model(what + ": GPTQ checkpoint_format '" + cf + "' (nibble reads gptq and gptq_v2)",
+                 ErrorCode::unsupported);
+    iq.zero_plus_one = cf == "gptq";
+  } else {
+    std::string version = text("version", "gemm");
+    std::transform(version.begin(), version.end(), version.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    if (version != "gemm")
+      fail_model(what + ": AWQ version '" + version + "' packing (nibble reads GEMM)",
+                 ErrorCode::unsupported);
+    if (!flag("zero_point", true))
+      fail_model(what + ": AWQ without zero points (nibble reads zero_point = true)",
+                 ErrorCode::unsupported);
+  }
+  iq.method = method;
+  return iq;
+}
 
 // A block's tensors: the Hugging Face name after "model.layers.N." and the GGUF name after
 // "blk.N." (llama.cpp's), both ways.
@@ -211,9 +297,15 @@ std::string stored_dtype(DType t) {
 
 class SafetensorsSource final : public WeightSource {
  public:
-  explicit SafetensorsSource(std::vector<SafetensorsFile> files) : files_(std::move(files)) {
+  explicit SafetensorsSource(std::vector<SafetensorsFile> files,
+                             ImportedQuantization imported = {})
+      : files_(std::move(files)), imported_(std::move(imported)) {
+    if (!imported_.method.empty()) format_ = imported_.format();
     for (size_t f = 0; f < files_.size(); ++f) {
       if (auto it = files_[f].metadata().find("nibble.format"); it != files_[f].metadata().end()) {
+        if (!imported_.method.empty())
+          fail_model(files_[f].what() + ": a nibble checkpoint whose config.json names a " +
+                     imported_.method + " quantization");
         if (!format_.empty() && format_ != it->second)
           fail_model(files_[f].what() + ": shards of different nibble formats");
         format_ = it->second;
@@ -226,6 +318,7 @@ class SafetensorsSource final : public WeightSource {
           const std::string part = dot == std::string::npos ? "" : t.name.substr(dot + 1);
           bool is_part = false;
           for (const char* q : kQuantParts) is_part = is_part || part == q;
+          if (!imported_.method.empty()) is_part = is_part || part == "qzeros" || part == "g_idx";
           if (!is_part) continue;  // e.g. rotary_emb.inv_freq of old checkpoints
           c = canonical_tensor_name(t.name.substr(0, dot) + ".weight");
           if (c.empty()) continue;
@@ -247,6 +340,7 @@ class SafetensorsSource final : public WeightSource {
 
   QuantizedWeight load_quantized(const std::string& name, int64_t n, int64_t k) override {
     if (quantized_format(name).empty()) return WeightSource::load_quantized(name, n, k);
+    if (!imported_.method.empty()) return load_imported(name, n, k);
     const int64_t kp = padded_k(format_, k);
     QuantizedWeight qw(parse_linear_format(format_).weight, n, kp);
     const Tensor* parts[] = {&qw.q, &qw.scales, &qw.zeros, &qw.group_scales};
@@ -279,6 +373,9 @@ class SafetensorsSource final : public WeightSource {
 
   std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
     auto it = index_.find(name);
+    if (it == index_.end() && index_.count(name + ":qweight") != 0)
+      fail_model("'" + name + "' is stored quantized (a qweight tensor), but neither config.json's "
+                 "quantization_config (gptq, awq) nor the file's nibble.format says how");
     if (it == index_.end()) fail_model("the checkpoint has no tensor for '" + name + "'");
     const auto& [f, t] = it->second;
     check_shape(files_[f].what(), t->name, t->shape, shape);
@@ -288,16 +385,100 @@ class SafetensorsSource final : public WeightSource {
   std::string describe() const override {
     std::map<std::string, int> counts;
     for (const auto& [c, ft] : index_) ++counts[ft.second->dtype];
+    const std::string quantized =
+        format_.empty()             ? ""
+        : imported_.method.empty() ? ", pre-quantized nibble " + format_
+                                   : ", " + imported_.method + " 4-bit (g" +
+                                         std::to_string(imported_.group) + ") imported as " +
+                                         format_;
     std::string s = "safetensors (" + std::to_string(files_.size()) + " file" +
-                    (files_.size() == 1 ? "" : "s") + ")" +
-                    (format_.empty() ? "" : ", pre-quantized nibble " + format_) + ", tensors:";
+                    (files_.size() == 1 ? "" : "s") + ")" + quantized + ", tensors:";
     for (const auto& [k, v] : counts) s += " " + k + "×" + std::to_string(v);
     return s;
   }
 
  private:
+  // The raw int32 / f16 contents of part `part` of `name`, checked to be `dtype` of `shape`.
+  template <class T>
+  std::vector<T> imported_part(const std::string& name, const char* part, const char* dtype,
+                               std::vector<int64_t> shape) {
+    auto it = index_.find(name + ":" + part);
+    if (it == index_.end())
+      fail_model("the " + imported_.method + " checkpoint lacks '" + name + "' " + part);
+    const auto& [f, t] = it->second;
+    if (t->dtype != dtype || t->shape != shape)
+      fail_model(files_[f].what() + ": " + imported_.method + " tensor '" + t->name + "' is " +
+                 t->dtype + " " + shape_str(t->shape) + ", expected " + dtype + " " +
+                 shape_str(shape));
+    std::vector<T> v(static_cast<size_t>(t->end - t->begin) / sizeof(T));
+    std::memcpy(v.data(), files_[f].data(*t), v.size() * sizeof(T));
+    files_[f].release(*t);
+    return v;
+  }
+
+  // A GPTQ / AWQ layer (see ImportedQuantization) as the QuantizedWeight of format_ holding the
+  // same q, z and s; columns past k (padded_k) stay zero with zero scales.
+  QuantizedWeight load_imported(const std::string& name, int64_t n, int64_t k) {
+    const int64_t g = imported_.group, kp = padded_k(format_, k);
+    if (k % g != 0 || n % 8 != 0)
+      fail_model("'" + name + "': " + imported_.method + " layer of " + std::to_string(n) +
+                 " outputs and " + std::to_string(k) + " inputs: needs outputs a multiple of 8 and "
+                 "inputs a multiple of the group size " + std::to_string(g));
+    const int64_t groups = k / g, gp = kp / g;
+    const bool gptq = imported_.method == "gptq";
+    const auto qweight = imported_part<uint32_t>(
+        name, "qweight", "I32", gptq ? std::vector<int64_t>{k / 8, n} : std::vector<int64_t>{k, n / 8});
+    const auto qzeros = imported_part<uint32_t>(name, "qzeros", "I32", {groups, n / 8});
+    const auto scales = imported_part<uint16_t>(name, "scales", "F16", {groups, n});
+    if (gptq && index_.count(name + ":g_idx") != 0) {
+      const auto g_idx = imported_part<int32_t>(name, "g_idx", "I32", {k});
+      for (int64_t i = 0; i < k; ++i)
+        if (g_idx[static_cast<size_t>(i)] != i / g)
+          fail_model("'" + name + "': GPTQ g_idx[" + std::to_string(i) + "] is " +
+                         std::to_string(g_idx[static_cast<size_t>(i)]) + ", not " +
+                         std::to_string(i / g) +
+                         ": act-order (desc_act) checkpoints permute the input channels, which "
+                         "nibble's formats do not",
+                     ErrorCode::unsupported);
+    }
+    // Nibble i of a word packed along n holds column 8c + position(i).
+    auto along_n = [&](uint32_t word, int64_t col) {
+      int i = static_cast<int>(col % 8);
+      if (!gptq) i = static_cast<int>(std::find(kAwqOrder, kAwqOrder + 8, i) - kAwqOrder);
+      return static_cast<int>((word >> (4 * i)) & 0xFu);
+    };
+    QuantizedWeight qw(parse_linear_format(format_).weight, n, kp);
+    auto* q = static_cast<uint8_t*>(qw.q.data());
+    auto* s = static_cast<uint16_t*>(qw.scales.data());
+    auto* z = static_cast<uint8_t*>(qw.zeros.data());
+    std::memset(q, 0, static_cast<size_t>(qw.q.nbytes()));
+    std::memset(s, 0, static_cast<size_t>(qw.scales.nbytes()));
+    std::memset(z, 0, static_cast<size_t>(qw.zeros.nbytes()));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        const int code = gptq ? static_cast<int>((qweight[static_cast<size_t>((c / 8) * n + r)] >>
+                                                  (4 * (c % 8))) & 0xFu)
+                              : along_n(qweight[static_cast<size_t>(c * (n / 8) + r / 8)], r);
+        q[(r * kp + c) / 2] |= static_cast<uint8_t>(code << (4 * (c % 2)));
+      }
+      for (int64_t j = 0; j < groups; ++j) {
+        int zero = along_n(qzeros[static_cast<size_t>(j * (n / 8) + r / 8)], r);
+        if (imported_.zero_plus_one) ++zero;
+        if (zero > 15)
+          fail_model("'" + name + "': GPTQ zero point 16 (stored 15 in the v1 format's z − 1) "
+                     "in group " + std::to_string(j) + " of output " + std::to_string(r) +
+                     ": outside u4's 0..15",
+                     ErrorCode::unsupported);
+        z[r * gp + j] = static_cast<uint8_t>(zero);
+        s[r * gp + j] = scales[static_cast<size_t>(j * n + r)];
+      }
+    }
+    return qw;
+  }
+
   std::vector<SafetensorsFile> files_;
-  std::string format_;  // nibble.format of a pre-quantized checkpoint
+  ImportedQuantization imported_;
+  std::string format_;  // nibble.format of a pre-quantized checkpoint, or the imported format
   // canonical name (or "name:part" for quantized parts) → (file, tensor)
   std::map<std::string, std::pair<size_t, const SafetensorsTensor*>> index_;
 };
@@ -394,7 +575,10 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
     m.file_bytes += static_cast<int64_t>(fs::file_size(s));
   }
   m.weights = std::make_unique<FusedPartsSource>(
-      std::make_unique<SafetensorsSource>(std::move(files)), m.config);
+      std::make_unique<SafetensorsSource>(
+          std::move(files),
+          imported_quantization(Json::parse(config_text, config.string()), config.string())),
+      m.config);
   if (!m.weights->has("output.weight")) m.config.tied_embeddings = true;
   // The tokenizer, with BOS/EOS ids from config.json (tokenizer.json does not name them).
   const fs::path tok = dir / "tokenizer.json";

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "llm/gguf.h"
 #include "llm/model_files.h"
 #include "llm/runner.h"
+#include "llm/safetensors.h"
 #include "llm/tokenizer.h"
 #include "nibble/status.h"
 #include "test_llm_util.h"
@@ -49,6 +52,56 @@ TEST(LlmConfig, FromHuggingFaceConfigJson) {
   EXPECT_TRUE(q2.qkv_bias && !q2.o_bias && q2.arch == "qwen2");
   EXPECT_NEAR(static_cast<double>(q3.n_params()), 8.19e9, 0.01e9);
   EXPECT_TRUE(q3.qk_norm && q3.head_dim == 128 && q3.arch == "qwen3");
+}
+
+// config.json's quantization_config: GPTQ and AWQ checkpoints of 4-bit weights in groups of
+// 32..256 import as w4a16_g<G>_asym_sf16; anything else is refused naming what is unsupported.
+// (The packings themselves are checked end to end by tests/llm: llm_*_import_equals_nibble_checkpoint.)
+TEST(LlmModel, QuantizationConfigsAreImportedOrRefusedByName) {
+  const std::string dir = test::unique_temp_path("nibble_quant_config_test");
+  std::filesystem::create_directories(dir);
+  const float one = 1.0f;
+  std::vector<uint8_t> bytes(4);
+  std::memcpy(bytes.data(), &one, 4);
+  write_safetensors(dir + "/model.safetensors",
+                    {{"model.norm.weight", "F32", {1}, bytes}}, {});
+  auto open_with = [&](const std::string& qc) {
+    std::string cfg = kSmolConfig;
+    cfg.insert(cfg.rfind('}'), ", \"quantization_config\": " + qc);
+    std::FILE* f = std::fopen((dir + "/config.json").c_str(), "wb");
+    std::fputs(cfg.c_str(), f);
+    std::fclose(f);
+    return open_model(dir);
+  };
+  auto refused = [&](const std::string& qc, const std::string& words) {
+    try {
+      open_with(qc);
+      ADD_FAILURE() << qc << ": no error; expected one mentioning '" << words << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_NE(open_with(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": false})")
+                .weights->describe()
+                .find("gptq 4-bit (g128) imported as w4a16_g128_asym_sf16"),
+            std::string::npos);
+  EXPECT_NE(open_with(R"({"quant_method": "AWQ", "bits": 4, "group_size": 64, "version": "GEMM",
+                         "zero_point": true})")
+                .weights->describe()
+                .find("awq 4-bit (g64) imported as w4a16_g64_asym_sf16"),
+            std::string::npos);
+  EXPECT_NE(open_with("null").weights->describe().find("safetensors"), std::string::npos);
+  refused(R"({"quant_method": "gptq", "bits": 8, "group_size": 128})", "8-bit");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": -1})", "group_size -1");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"})",
+          "checkpoint_format 'marlin'");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": true})", "lm_head");
+  refused(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"})", "'gemv'");
+  refused(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": false})",
+          "zero_point");
+  refused(R"({"quant_method": "bitsandbytes", "load_in_4bit": true})", "'bitsandbytes'");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LlmConfig, BadConfigsNameTheProblem) {

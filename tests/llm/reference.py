@@ -27,6 +27,9 @@ Commands (python3 tests/llm/reference.py COMMAND --help):
   requant      write a copy of the GGUF model whose block linears are re-encoded in other ggml
                types (K-quants, Q5_0/Q5_1, IQ4_NL/IQ4_XS), by this file's own encoders; `check`
                on the copy then compares nibble's decoders with gguf-py's
+  export-quantized  write a GPTQ or AWQ checkpoint of the model (4-bit, groups, AutoGPTQ's /
+               AutoAWQ's packing) and the same codes as a nibble checkpoint; `check-same` then
+               compares nibble's import of the first with the second
 """
 import argparse
 import json
@@ -311,8 +314,8 @@ def cmd_check_same(args):
     """Two model files that hold the same model (e.g. one split into shards) give nibble's
     identical logits and tokens."""
     prompt = [int(x) for x in args.prompt_ids.split(",")]
-    la, ga, _ = run_nibble(args.nibble, args.a, prompt, args.n, "f32")
-    lb, gb, _ = run_nibble(args.nibble, args.b, prompt, args.n, "f32")
+    la, ga, _ = run_nibble(args.nibble, args.a, prompt, args.n, args.format)
+    lb, gb, _ = run_nibble(args.nibble, args.b, prompt, args.n, args.format)
     same = np.array_equal(la, lb) and ga == gb
     print(f"{args.a} and {args.b}: logits and {len(ga)} tokens "
           + ("identical" if same else "DIFFER"))
@@ -767,11 +770,23 @@ def cmd_requant(args):
 
 # ---- Hugging Face export ---------------------------------------------------------------------
 
-def write_safetensors(path, tensors):
+SAFETENSORS_DTYPES = {np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i4"): "I32",
+                      np.dtype("u1"): "U8"}
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """float arrays as F32; int32, float16 and uint8 arrays keep their dtype."""
     header, offset, blobs = {}, 0, []
+    if metadata:
+        header["__metadata__"] = metadata
     for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
+        a = np.asarray(a)
+        if a.dtype.kind == "f" and a.dtype != np.float16:
+            a = a.astype("<f4")
+        a = np.ascontiguousarray(a)
+        b = a.tobytes()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(b)]}
         offset += len(b)
         blobs.append(b)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -834,9 +849,8 @@ def cmd_make_arch(args):
     return 0
 
 
-def cmd_export_hf(args):
-    ref = Reference(args.model)
-    os.makedirs(args.out, exist_ok=True)
+def hf_export(ref, rope_llama3=None):
+    """The model as Hugging Face tensors (float32, HF names and row order) and config.json."""
     hd = ref.head_dim
 
     def unpermute(w, heads):  # llama.cpp's converter permutation, undone
@@ -869,7 +883,6 @@ def cmd_export_hf(args):
                 [out.pop(p + f"self_attn.{r}_proj.weight") for r in "qkv"])
             out[p + "mlp.gate_up_proj.weight"] = np.concatenate(
                 [out.pop(p + "mlp.gate_proj.weight"), out.pop(p + "mlp.up_proj.weight")])
-    write_safetensors(os.path.join(args.out, "model.safetensors"), out)
     f = ref.reader.fields
     a = ref.arch + "."
     config = {"architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
@@ -880,15 +893,110 @@ def cmd_export_hf(args):
               "num_attention_heads": ref.n_heads, "num_key_value_heads": ref.n_kv_heads,
               "intermediate_size": ref.ffn, "max_position_embeddings": int(f[a + "context_length"].contents()),
               "rope_theta": ref.theta, "rms_norm_eps": ref.eps, "tie_word_embeddings": True,
-              "hidden_act": "silu", "rope_scaling": None if not args.rope_llama3 else dict(
+              "hidden_act": "silu", "rope_scaling": None if not rope_llama3 else dict(
                   zip(("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-                      (float(v) for v in args.rope_llama3.split(",")))) | {"rope_type": "llama3"},
+                      (float(v) for v in rope_llama3.split(",")))) | {"rope_type": "llama3"},
               "bos_token_id": int(f["tokenizer.ggml.bos_token_id"].contents()),
               "eos_token_id": int(f["tokenizer.ggml.eos_token_id"].contents())}
-    with open(os.path.join(args.out, "config.json"), "w") as fh:
+    return out, config
+
+
+def write_hf_dir(ref, out_dir, tensors, config, metadata=None):
+    os.makedirs(out_dir, exist_ok=True)
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, metadata)
+    with open(os.path.join(out_dir, "config.json"), "w") as fh:
         json.dump(config, fh, indent=1)
-    hf_tokenizer(ref.reader).save(os.path.join(args.out, "tokenizer.json"))
+    hf_tokenizer(ref.reader).save(os.path.join(out_dir, "tokenizer.json"))
+
+
+def cmd_export_hf(args):
+    ref = Reference(args.model)
+    out, config = hf_export(ref, args.rope_llama3)
+    write_hf_dir(ref, args.out, out, config)
     print(f"wrote {args.out}/model.safetensors, config.json, tokenizer.json")
+
+
+# ---- GPTQ / AWQ checkpoints ------------------------------------------------------------------------
+# The model's block linears quantized to 4 bits with groups of G along the input (round to
+# nearest, asymmetric: w ≈ s·(q − z), s f16), packed the way AutoGPTQ (v1: zeros stored minus 1;
+# v2: as they are) or AutoAWQ's GEMM version packs them, with config.json's quantization_config;
+# and the same q, z, s written as a nibble checkpoint (w4a16_g<G>_asym_sf16: q (n, k/2) low
+# nibble first, scales (n, k/G) f16, zeros (n, k/G) u8) by this file's own code, so that nibble
+# must give identical logits for the two.
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's pack order: nibble i holds column 8c + AWQ_ORDER[i]
+LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def rtn_asym(w, group, min_zero):
+    """(q, z, s): q (n, k) and z (n, k/G) in [0, 15], s (n, k/G) float16."""
+    n, k = w.shape
+    wg = w.astype(np.float64).reshape(n, k // group, group)
+    lo, hi = np.minimum(wg.min(2), 0.0), np.maximum(wg.max(2), 0.0)
+    s = ((hi - lo) / 15).astype(np.float16)
+    s = np.where(s == 0, np.float16(1), s)
+    sf = s.astype(np.float64)
+    z = np.clip(np.rint(-lo / sf), min_zero, 15)
+    q = np.clip(np.rint(wg / sf[:, :, None]) + z[:, :, None], 0, 15).reshape(n, k)
+    return q.astype(np.uint32), z.astype(np.uint32), s
+
+
+def pack_along(v, axis_len, order=range(8)):
+    """(rows, axis_len) 4-bit values → (rows, axis_len/8) int32, nibble i = column 8c + order[i]."""
+    v = v.reshape(v.shape[0], axis_len // 8, 8)
+    word = np.zeros(v.shape[:2], dtype=np.uint32)
+    for i, col in enumerate(order):
+        word |= (v[:, :, col] & 0xF) << np.uint32(4 * i)
+    return word.view(np.int32)
+
+
+def cmd_export_quantized(args):
+    ref = Reference(args.model)
+    out, config = hf_export(ref)
+    g = args.group
+    rng = np.random.default_rng(args.seed)
+    foreign, native = {}, {}
+    for name, w in out.items():
+        stem = name[:-len(".weight")]
+        if not any(stem.endswith(l) for l in LINEARS):
+            foreign[name] = w
+            native[name] = w
+            continue
+        n, k = w.shape
+        q, z, s = rtn_asym(w, g, 1 if args.method == "gptq" and not args.gptq_v2 else 0)
+        # nibble's checkpoint: q (n, k/2) u8, element 2i in the low nibble; scales, zeros (n, k/G)
+        native[stem + ".qweight"] = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+        native[stem + ".scales"] = s
+        native[stem + ".zeros"] = z.astype(np.uint8)
+        if args.method == "gptq":
+            # qweight (k/8, n): bits 4j.. of [i, c] hold q[c, 8i + j]
+            qt = q.T.reshape(k // 8, 8, n)
+            word = np.zeros((k // 8, n), dtype=np.uint32)
+            for j in range(8):
+                word |= qt[:, j, :] << np.uint32(4 * j)
+            foreign[stem + ".qweight"] = word.view(np.int32)
+            stored_z = z - 1 if not args.gptq_v2 else z
+            foreign[stem + ".qzeros"] = pack_along(stored_z.T.copy(), n)
+            foreign[stem + ".scales"] = np.ascontiguousarray(s.T)
+            g_idx = np.arange(k, dtype=np.int32) // g
+            if args.act_order:
+                g_idx = rng.permutation(g_idx).astype(np.int32)
+            foreign[stem + ".g_idx"] = g_idx
+        else:
+            foreign[stem + ".qweight"] = pack_along(q.T.copy(), n, AWQ_ORDER)
+            foreign[stem + ".qzeros"] = pack_along(z.T.copy(), n, AWQ_ORDER)
+            foreign[stem + ".scales"] = np.ascontiguousarray(s.T)
+    if args.method == "gptq":
+        qc = {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": bool(args.act_order),
+              "sym": False, "checkpoint_format": "gptq_v2" if args.gptq_v2 else "gptq"}
+    else:
+        qc = {"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": True,
+              "version": "gemm"}
+    write_hf_dir(ref, args.out, foreign, config | {"quantization_config": qc})
+    fmt = f"w4a16_g{g}_asym_sf16"
+    write_hf_dir(ref, args.nibble_out, native, config, {"nibble.format": fmt})
+    print(f"wrote {args.out} ({qc}) and {args.nibble_out} (nibble {fmt}): the same codes")
+    return 0
 
 
 def main():
@@ -910,6 +1018,7 @@ def main():
     p.add_argument("--b", required=True)
     p.add_argument("--prompt-ids", default="1,504,3458,282,4649,314")
     p.add_argument("-n", type=int, default=8)
+    p.add_argument("--format", default="f32", help="nibble's --format for both")
     p = sub.add_parser("check-tokens")
     p.add_argument("--model", required=True)
     p.add_argument("--nibble", required=True)
@@ -946,7 +1055,18 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--rope-llama3", default="", metavar="FACTOR,LOW,HIGH,ORIG",
                    help="the rope_scaling that the GGUF file's rope_freqs.weight was made from")
+    p = sub.add_parser("export-quantized")
+    p.add_argument("--model", required=True)
+    p.add_argument("--method", choices=("gptq", "awq"), required=True)
+    p.add_argument("--out", required=True, help="the GPTQ / AWQ checkpoint")
+    p.add_argument("--nibble-out", required=True, help="the same codes as a nibble checkpoint")
+    p.add_argument("--group", type=int, default=64, help="SmolLM2's 576 inputs take 32 or 64")
+    p.add_argument("--gptq-v2", action="store_true", help="zeros stored as they are (gptq_v2)")
+    p.add_argument("--act-order", action="store_true", help="a permuted g_idx (desc_act)")
+    p.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.cmd == "export-quantized":
+        return cmd_export_quantized(args)
     if args.cmd == "tokens":
         return cmd_tokens(args)
     if args.cmd == "check":
