@@ -1075,7 +1075,9 @@ TEST(LlmCudaBackend, RandomWeightsMadeOnTheDeviceRun) {
 TEST(LlmCudaBackend, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
   NIBBLE_REQUIRE_GPU();
   const std::string dir = test::unique_temp_path("nibble_cuda_ckpt_test");
-  for (const char* fmt : {"w4a8_g128", "w4a16_g128_asym"}) {
+  // The _sf16 ones: what GPTQ / AWQ checkpoints import as (f16 group scales).
+  for (const char* fmt :
+       {"w4a8_g128", "w4a16_g128_asym", "w4a16_g128_asym_sf16", "w4a16_g64_asym_sf16"}) {
     SCOPED_TRACE(fmt);
     ModelFiles m = random_model(tied_config(), 11);
     m.tokenizer = Tokenizer::from_hf_json(
