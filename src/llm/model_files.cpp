@@ -374,8 +374,13 @@ class SafetensorsSource final : public WeightSource {
   std::vector<float> load(const std::string& name, std::initializer_list<int64_t> shape) override {
     auto it = index_.find(name);
     if (it == index_.end() && index_.count(name + ":qweight") != 0)
-      fail_model("'" + name + "' is stored quantized (a qweight tensor), but neither config.json's "
-                 "quantization_config (gptq, awq) nor the file's nibble.format says how");
+      fail_model(format_.empty()
+                     ? "'" + name + "' is stored quantized (a qweight tensor), but neither "
+                       "config.json's quantization_config (gptq, awq) nor the file's nibble.format "
+                       "says how"
+                     : "'" + name + "' is stored quantized as " + format_ +
+                           " and its float weights are not in the checkpoint: run it as " +
+                           format_);
     if (it == index_.end()) fail_model("the checkpoint has no tensor for '" + name + "'");
     const auto& [f, t] = it->second;
     check_shape(files_[f].what(), t->name, t->shape, shape);
