@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "nibble/formats.h"
 #include "nibble/types.h"
@@ -55,6 +57,50 @@ void quantize_weight(const TensorView& w, const QuantizedWeightView& out);
 
 /// Dequantizes to f32 (N, K) on the CPU: the exact inverse mapping of the format.
 void dequantize_weight(const QuantizedWeightView& w, const TensorView& out);
+
+/// How GPTQ and AWQ tools pack a 4-bit linear layer of n outputs and k inputs in groups of G
+/// along k (Hugging Face checkpoints with a quantization_config). Every layout stores, per group,
+/// 4-bit codes q, a 4-bit zero z and an f16 scale s with w = s·(q − z):
+///   gptq     (AutoGPTQ, GPTQModel, optimum; checkpoint_format "gptq")
+///            qweight (k/8, n) s32, packed along k: bits 4j..4j+3 of [i, c] hold q[c, 8i + j];
+///            qzeros (k/G, n/8) s32, packed along n: bits 4j.. of [g, c] hold z[g, 8c + j] − 1;
+///            scales (k/G, n) f16; g_idx (k) s32, the group of each input, or empty
+///   gptq_v2  the same with each zero as it is
+///   awq      (AutoAWQ, version "gemm") qweight (k, n/8) and qzeros (k/G, n/8) s32, packed
+///            along n in AutoAWQ's order: nibble i of word c holds column 8c + {0,2,4,6,1,3,5,7}[i];
+///            zeros as they are; scales (k/G, n) f16
+enum class Int4Packing : uint8_t { gptq, gptq_v2, awq };
+const char* to_string(Int4Packing p);
+/// "gptq", "gptq_v2" or "awq"; throws nibble::Error(invalid_argument) naming the others.
+Int4Packing parse_int4_packing(std::string_view name);
+
+/// A checkpoint's quantization_config as Hugging Face tools write it (config.json); keys it
+/// lacks keep these defaults.
+struct Int4CheckpointConfig {
+  std::string quant_method;                ///< "gptq" or "awq", any case
+  int64_t bits = 0;                        ///< "bits" (AutoAWQ's older configs: "w_bit")
+  int64_t group_size = 0;                  ///< "group_size" (older: "q_group_size"); −1 per channel
+  std::string checkpoint_format = "gptq";  ///< GPTQ: "gptq" (zeros stored minus 1) or "gptq_v2"
+  std::string version = "gemm";            ///< AWQ's packing, any case
+  bool zero_point = true;                  ///< AWQ
+  bool lm_head = false;                    ///< the output layer is quantized too
+};
+/// The packing of such a checkpoint. nibble::Error(unsupported) naming the key for what nibble
+/// does not import: other methods (bitsandbytes, fp8, compressed-tensors, ...), bits other than
+/// 4, group sizes other than 32, 64, 128, 256 (per channel included), another GPTQ
+/// checkpoint_format (e.g. marlin), AWQ GEMV packing or no zero point, a quantized lm_head.
+Int4Packing int4_packing_of(const Int4CheckpointConfig& config);
+
+/// Unpacks one such layer (CPU arrays, row-major) into `out`, a weight of format
+/// w4_g<G>_asym_sf16 — u4_asym with f16 scales, the same numbers, nothing re-rounded — with
+/// out.n = n and out.k ≥ k (k = groups · G; columns past k become zero weights) and contiguous
+/// buffers. n and the group count come from scales (k/G, n). Throws nibble::Error naming the
+/// argument: unsupported for an act-order g_idx (not k / G: it permutes the inputs, which no
+/// nibble format does) and for a gptq zero that overflows to 16 (stored 15 as z − 1);
+/// invalid_argument for shapes, dtypes and devices.
+void unpack_int4_checkpoint(Int4Packing packing, const TensorView& qweight,
+                            const TensorView& qzeros, const TensorView& scales,
+                            const TensorView& g_idx, const QuantizedWeightView& out);
 
 /// Operations fused in front of activation quantization: the RMSNorm that precedes a linear
 /// layer in Llama, and SmoothQuant's per-channel division. A default-constructed (rank 0, null)

@@ -23,9 +23,10 @@ from .formats import (LINEAR_FORMATS, LinearFormat, WeightFormat, linear_format,
                       weight_format)
 from .ops import (PackedWeight, QuantizedActivation, QuantizedWeight, dequantize_activation,
                   dequantize_weight, empty_activation, empty_weight, explain, gemm_s32,
-                  gemm_s4s4, gemm_s8s4, gemm_s8s8, linear, pack_int4, pack_s4_matrix,
-                  pack_weight, packed_layout, quantize_activation, quantize_activation_static,
-                  quantize_weight, quantized_linear, unpack_int4)
+                  gemm_s4s4, gemm_s8s4, gemm_s8s8, int4_packing_of, linear, pack_int4,
+                  pack_s4_matrix, pack_weight, packed_layout, quantize_activation,
+                  quantize_activation_static, quantize_weight, quantized_linear, unpack_int4,
+                  unpack_int4_checkpoint)
 
 __version__ = _C.build_info()["version"]
 
@@ -70,6 +71,7 @@ __all__ = [
     "empty_weight", "empty_activation", "quantize_weight", "dequantize_weight",
     "quantize_activation", "quantize_activation_static", "dequantize_activation",
     "pack_int4", "unpack_int4", "pack_weight", "packed_layout", "pack_s4_matrix",
+    "int4_packing_of", "unpack_int4_checkpoint",
     "gemm_s32", "gemm_s8s8", "gemm_s8s4", "gemm_s4s4", "linear", "quantized_linear",
     "explain", "tensor_core_ratio", "w4a4_group_time_factor", "weight_quantization_error",
     "plan_w4a4_granularity", "GranularityPlan", "build_info", "cuda_device_count", "cuda_unavailable_reason",

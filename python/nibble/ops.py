@@ -199,6 +199,48 @@ def dequantize_weight(w: QuantizedWeight, *, out: Optional[Array] = None) -> Arr
     return out
 
 
+def int4_packing_of(quantization_config: dict) -> tuple:
+    """(packing, group_size) of a GPTQ or AWQ checkpoint from its config.json
+    ``quantization_config``: packing "gptq" (AutoGPTQ / GPTQModel / optimum's original format,
+    zeros stored minus 1), "gptq_v2" or "awq" (AutoAWQ's GEMM packing). Raises
+    UnsupportedError naming the key for what nibble does not import: other methods, bits other
+    than 4, group sizes other than 32, 64, 128, 256, other GPTQ checkpoint formats, AWQ GEMV or
+    without zero points, a quantized lm_head."""
+    qc = quantization_config or {}
+
+    def first(*keys, default):
+        for key in keys:
+            if qc.get(key) is not None:
+                return qc[key]
+        return default
+
+    group = int(first("group_size", "q_group_size", default=0))
+    packing = _C.int4_packing_of(str(first("quant_method", default="")),
+                                 int(first("bits", "w_bit", default=0)), group,
+                                 str(first("checkpoint_format", default="gptq")),
+                                 str(first("version", default="gemm")),
+                                 bool(first("zero_point", default=True)),
+                                 bool(first("lm_head", default=False)))
+    return packing, group
+
+
+def unpack_int4_checkpoint(packing: str, qweight: Array, qzeros: Array, scales: Array,
+                           g_idx: Optional[Array] = None, *, group_size: int) -> QuantizedWeight:
+    """One 4-bit layer of a GPTQ or AWQ checkpoint (CPU arrays) as the QuantizedWeight holding
+    the same numbers, format ``w4_g<G>_asym_sf16``: w = s·(q − z) per group, f16 scales, nothing
+    rounded again; N × K with (K/G, N) = scales.shape. Layouts (``packing``, see
+    int4_packing_of): gptq qweight (K/8, N) int32 packed along K, qzeros (K/G, N/8) int32 packed
+    along N (minus 1 in "gptq"), g_idx (K) int32 or None; awq qweight (K, N/8) and qzeros
+    packed along N in AutoAWQ's order 0 2 4 6 1 3 5 7; scales (K/G, N) float16. Raises
+    UnsupportedError for an act-order g_idx (it permutes the inputs) and for a "gptq" zero
+    that overflows to 16, InvalidArgumentError for shapes and dtypes."""
+    groups, n = (int(x) for x in scales.shape)
+    out = empty_weight(f"w4_g{int(group_size)}_asym_sf16", n, groups * int(group_size), scales)
+    _C.unpack_int4_checkpoint(packing, _arrays.arg(qweight), _arrays.arg(qzeros),
+                              _arrays.arg(scales), _arrays.arg(g_idx), out._c())
+    return out
+
+
 def _act_scheme(scheme: Union[str, LinearFormat]) -> str:
     if isinstance(scheme, LinearFormat):
         return scheme.act

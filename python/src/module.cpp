@@ -168,6 +168,35 @@ NB_MODULE(_C, m) {
     nb::gil_scoped_release release;
     nibble::quantize_weight(wv, ov);
   });
+  // GPTQ / AWQ checkpoints: packing from a quantization_config's keys, then one layer's tensors
+  // into a w4_g<G>_asym_sf16 weight.
+  m.def("int4_packing_of", [](const std::string& quant_method, int64_t bits, int64_t group_size,
+                              const std::string& checkpoint_format, const std::string& version,
+                              bool zero_point, bool lm_head) {
+    nibble::Int4CheckpointConfig c;
+    c.quant_method = quant_method;
+    c.bits = bits;
+    c.group_size = group_size;
+    c.checkpoint_format = checkpoint_format;
+    c.version = version;
+    c.zero_point = zero_point;
+    c.lm_head = lm_head;
+    return std::string(nibble::to_string(nibble::int4_packing_of(c)));
+  });
+  m.def("unpack_int4_checkpoint", [](const std::string& packing, nb::handle qweight,
+                                     nb::handle qzeros, nb::handle scales, nb::handle g_idx,
+                                     nb::handle out) {
+    Call c("unpack_int4_checkpoint");
+    const nibble::Int4Packing p = nibble::parse_int4_packing(packing);
+    const nibble::TensorView qw = c.input(qweight, "qweight");
+    const nibble::TensorView qz = c.input(qzeros, "qzeros");
+    const nibble::TensorView sc = c.input(scales, "scales");
+    const nibble::TensorView gi = c.input(g_idx, "g_idx");
+    const nibble::QuantizedWeightView ov = c.weight(out, "out", true);
+    nb::gil_scoped_release release;
+    nibble::unpack_int4_checkpoint(p, qw, qz, sc, gi, ov);
+  }, nb::arg("packing"), nb::arg("qweight"), nb::arg("qzeros"), nb::arg("scales"),
+     nb::arg("g_idx").none(), nb::arg("out"));
   // ---- W4A4 granularity (quant_algorithms.h) --------------------------------------------------
   m.def("tensor_core_ratio", &nibble::tensor_core_ratio);
   m.def("w4a4_group_time_factor", &nibble::w4a4_group_time_factor);

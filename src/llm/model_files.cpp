@@ -100,88 +100,58 @@ class GgufSource final : public WeightSource {
 const char* const kQuantParts[] = {"qweight", "scales", "zeros", "group_scales"};
 
 // ---- checkpoints quantized by GPTQ or AWQ tools --------------------------------------------------
-//
 // Hugging Face checkpoints made by AutoGPTQ / GPTQModel / optimum (quant_method "gptq") or
-// AutoAWQ (quant_method "awq", GEMM packing) hold, per linear layer (n outputs, k inputs, groups
-// of G along k), 4-bit codes q, a 4-bit zero z and an f16 scale s per group, with
-//   w[n, k] = s[g, n] · (q[n, k] − z[g, n]),  g = k / G,
-// which is exactly nibble's w4a16_g<G>_asym_sf16 (u4_asym, f16 group scales). They are imported
-// as that format without re-quantizing, so they run with nibble's W4A16 kernels as they are.
-//   GPTQ  qweight (k/8, n) int32: bits 4j..4j+3 of [i, n] hold q[n, 8i + j];
-//         qzeros (k/G, n/8) int32: bits 4j.. of [g, c] hold z[g, 8c + j], minus 1 in the original
-//         ("gptq", v1) checkpoint format, as is in "gptq_v2";
-//         scales (k/G, n) f16; g_idx (k) int32, the group of each k: only k / G is taken
-//         (act-order checkpoints permute it: refused).
-//   AWQ   qweight (k, n/8) int32 and qzeros (k/G, n/8) int32: nibble i of word c holds column
-//         8c + kAwqOrder[i] (AutoAWQ's interleaved order); scales (k/G, n) f16; z as is.
-struct ImportedQuantization {
-  std::string method;  // "gptq" or "awq"; empty for checkpoints without quantization_config
-  int64_t group = 0;
-  bool zero_plus_one = false;  // GPTQ v1: each stored zero is z − 1
-  std::string format() const { return "w4a16_g" + std::to_string(group) + "_asym_sf16"; }
-};
+// AutoAWQ (quant_method "awq", GEMM packing) store each 4-bit layer as w = s·(q − z) per group:
+// nibble's w4a16_g<G>_asym_sf16. They are imported as that format without re-quantizing, by
+// nibble::unpack_int4_checkpoint (its header has the layouts); here, config.json's
+// quantization_config says which layout and group, and what is refused.
+}  // namespace
 
-constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+std::string ImportedQuantization::format() const {
+  return "w4a16_g" + std::to_string(group) + "_asym_sf16";
+}
 
-ImportedQuantization imported_quantization(const Json& config, const std::string& what) {
-  ImportedQuantization iq;
+Int4Packing ImportedQuantization::packing() const {
+  return method == "awq" ? Int4Packing::awq : zero_plus_one ? Int4Packing::gptq : Int4Packing::gptq_v2;
+}
+
+ImportedQuantization imported_quantization(std::string_view config_json, const std::string& what) {
+  const Json config = Json::parse(config_json, what);
   const Json* q = config.is_object() ? config.find("quantization_config") : nullptr;
-  if (q == nullptr || q->is_null()) return iq;
-  auto text = [&](const char* key, const std::string& fallback) {
-    const Json* v = q->is_object() ? q->find(key) : nullptr;
-    return v != nullptr && v->is_string() ? v->string() : fallback;
-  };
-  auto integer = [&](std::initializer_list<const char*> keys) -> int64_t {
-    for (const char* key : keys)
-      if (const Json* v = q->is_object() ? q->find(key) : nullptr; v != nullptr && v->is_int())
-        return v->integer();
-    return -1;
-  };
-  auto flag = [&](const char* key, bool fallback) {
-    const Json* v = q->is_object() ? q->find(key) : nullptr;
-    return v != nullptr && v->is_bool() ? v->boolean() : fallback;
-  };
-  std::string method = text("quant_method", "");
-  std::transform(method.begin(), method.end(), method.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  if (method != "gptq" && method != "awq")
-    fail_model(what + ": quantization_config.quant_method '" + method +
-                   "' is not one nibble imports (gptq, awq with GEMM packing); use the "
-                   "unquantized model and nibble's own formats",
-               ErrorCode::unsupported);
-  const int64_t bits = integer({"bits", "w_bit"});
-  if (bits != 4)
-    fail_model(what + ": a " + method + " checkpoint of " + std::to_string(bits) +
-                   "-bit weights; nibble imports 4-bit ones",
-               ErrorCode::unsupported);
-  iq.group = integer({"group_size", "q_group_size"});
-  if (iq.group != 32 && iq.group != 64 && iq.group != 128 && iq.group != 256)
-    fail_model(what + ": " + method + " group_size " + std::to_string(iq.group) +
-                   "; nibble's group formats take 32, 64, 128 or 256",
-               ErrorCode::unsupported);
-  if (flag("lm_head", false))
-    fail_model(what + ": the output layer (lm_head) is quantized too; nibble imports block "
-                      "linears only",
-               ErrorCode::unsupported);
-  if (method == "gptq") {
-    const std::string cf = text("checkpoint_format", "gptq");
-    if (cf != "gptq" && cf != "gptq_v2")
-      fail_model(what + ": GPTQ checkpoint_format '" + cf + "' (nibble reads gptq and gptq_v2)",
-                 ErrorCode::unsupported);
-    iq.zero_plus_one = cf == "gptq";
-  } else {
-    std::string version = text("version", "gemm");
-    std::transform(version.begin(), version.end(), version.begin(),
-                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    if (version != "gemm")
-      fail_model(what + ": AWQ version '" + version + "' packing (nibble reads GEMM)",
-                 ErrorCode::unsupported);
-    if (!flag("zero_point", true))
-      fail_model(what + ": AWQ without zero points (nibble reads zero_point = true)",
-                 ErrorCode::unsupported);
+  if (q == nullptr || q->is_null()) return {};
+  if (!q->is_object()) fail_model(what + ": quantization_config is not an object");
+  Int4CheckpointConfig c;
+  for (const auto& [key, v] : q->members()) {
+    if (v.is_string() && key == "quant_method") c.quant_method = v.string();
+    if (v.is_string() && key == "checkpoint_format") c.checkpoint_format = v.string();
+    if (v.is_string() && key == "version") c.version = v.string();
+    if (v.is_int() && (key == "bits" || key == "w_bit")) c.bits = v.integer();
+    if (v.is_int() && (key == "group_size" || key == "q_group_size")) c.group_size = v.integer();
+    if (v.is_bool() && key == "zero_point") c.zero_point = v.boolean();
+    if (v.is_bool() && key == "lm_head") c.lm_head = v.boolean();
   }
-  iq.method = method;
-  return iq;
+  try {
+    const Int4Packing p = int4_packing_of(c);
+    ImportedQuantization iq;
+    iq.method = p == Int4Packing::awq ? "awq" : "gptq";
+    iq.group = c.group_size;
+    iq.zero_plus_one = p == Int4Packing::gptq;
+    return iq;
+  } catch (const Error& e) {
+    fail_model(what + ": quantization_config: " + e.what(), e.code());
+  }
+}
+
+namespace {
+
+void check_imported_shape(const ImportedQuantization& iq, const std::string& name, int64_t n,
+                          int64_t k) {
+  if (iq.method != "gptq" && iq.method != "awq")
+    fail_model("'" + name + "': no GPTQ / AWQ quantization to unpack");
+  if (k <= 0 || n <= 0 || k % iq.group != 0 || n % 8 != 0)
+    fail_model("'" + name + "': " + iq.method + " layer of " + std::to_string(n) +
+               " outputs and " + std::to_string(k) + " inputs: needs outputs a multiple of 8 and "
+               "inputs a multiple of the group size " + std::to_string(iq.group));
 }
 
 // A block's tensors: the Hugging Face name after "model.layers.N." and the GGUF name after
@@ -424,59 +394,30 @@ class SafetensorsSource final : public WeightSource {
   // A GPTQ / AWQ layer (see ImportedQuantization) as the QuantizedWeight of format_ holding the
   // same q, z and s; columns past k (padded_k) stay zero with zero scales.
   QuantizedWeight load_imported(const std::string& name, int64_t n, int64_t k) {
-    const int64_t g = imported_.group, kp = padded_k(format_, k);
-    if (k % g != 0 || n % 8 != 0)
-      fail_model("'" + name + "': " + imported_.method + " layer of " + std::to_string(n) +
-                 " outputs and " + std::to_string(k) + " inputs: needs outputs a multiple of 8 and "
-                 "inputs a multiple of the group size " + std::to_string(g));
-    const int64_t groups = k / g, gp = kp / g;
+    const int64_t g = imported_.group;
     const bool gptq = imported_.method == "gptq";
+    check_imported_shape(imported_, name, n, k);  // before the shapes below divide by them
     const auto qweight = imported_part<uint32_t>(
         name, "qweight", "I32", gptq ? std::vector<int64_t>{k / 8, n} : std::vector<int64_t>{k, n / 8});
-    const auto qzeros = imported_part<uint32_t>(name, "qzeros", "I32", {groups, n / 8});
-    const auto scales = imported_part<uint16_t>(name, "scales", "F16", {groups, n});
-    if (gptq && index_.count(name + ":g_idx") != 0) {
-      const auto g_idx = imported_part<int32_t>(name, "g_idx", "I32", {k});
-      for (int64_t i = 0; i < k; ++i)
-        if (g_idx[static_cast<size_t>(i)] != i / g)
-          fail_model("'" + name + "': GPTQ g_idx[" + std::to_string(i) + "] is " +
-                         std::to_string(g_idx[static_cast<size_t>(i)]) + ", not " +
-                         std::to_string(i / g) +
-                         ": act-order (desc_act) checkpoints permute the input channels, which "
-                         "nibble's formats do not",
-                     ErrorCode::unsupported);
-    }
-    // Nibble i of a word packed along n holds column 8c + position(i).
-    auto along_n = [&](uint32_t word, int64_t col) {
-      int i = static_cast<int>(col % 8);
-      if (!gptq) i = static_cast<int>(std::find(kAwqOrder, kAwqOrder + 8, i) - kAwqOrder);
-      return static_cast<int>((word >> (4 * i)) & 0xFu);
+    const auto qzeros = imported_part<uint32_t>(name, "qzeros", "I32", {k / g, n / 8});
+    const auto scales = imported_part<uint16_t>(name, "scales", "F16", {k / g, n});
+    std::vector<int32_t> g_idx;
+    if (gptq && index_.count(name + ":g_idx") != 0)
+      g_idx = imported_part<int32_t>(name, "g_idx", "I32", {k});
+    QuantizedWeight qw(parse_linear_format(format_).weight, n, padded_k(format_, k));
+    auto view = [](const auto& v, DType dtype, std::initializer_list<int64_t> shape) {
+      return v.empty() ? TensorView{}
+                       : TensorView::contiguous(const_cast<void*>(static_cast<const void*>(v.data())),
+                                                dtype, shape, Device::cpu());
     };
-    QuantizedWeight qw(parse_linear_format(format_).weight, n, kp);
-    auto* q = static_cast<uint8_t*>(qw.q.data());
-    auto* s = static_cast<uint16_t*>(qw.scales.data());
-    auto* z = static_cast<uint8_t*>(qw.zeros.data());
-    std::memset(q, 0, static_cast<size_t>(qw.q.nbytes()));
-    std::memset(s, 0, static_cast<size_t>(qw.scales.nbytes()));
-    std::memset(z, 0, static_cast<size_t>(qw.zeros.nbytes()));
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t c = 0; c < k; ++c) {
-        const int code = gptq ? static_cast<int>((qweight[static_cast<size_t>((c / 8) * n + r)] >>
-                                                  (4 * (c % 8))) & 0xFu)
-                              : along_n(qweight[static_cast<size_t>(c * (n / 8) + r / 8)], r);
-        q[(r * kp + c) / 2] |= static_cast<uint8_t>(code << (4 * (c % 2)));
-      }
-      for (int64_t j = 0; j < groups; ++j) {
-        int zero = along_n(qzeros[static_cast<size_t>(j * (n / 8) + r / 8)], r);
-        if (imported_.zero_plus_one) ++zero;
-        if (zero > 15)
-          fail_model("'" + name + "': GPTQ zero point 16 (stored 15 in the v1 format's z − 1) "
-                     "in group " + std::to_string(j) + " of output " + std::to_string(r) +
-                     ": outside u4's 0..15",
-                     ErrorCode::unsupported);
-        z[r * gp + j] = static_cast<uint8_t>(zero);
-        s[r * gp + j] = scales[static_cast<size_t>(j * n + r)];
-      }
+    try {
+      unpack_int4_checkpoint(imported_.packing(),
+                             view(qweight, DType::s32, {gptq ? k / 8 : k, gptq ? n : n / 8}),
+                             view(qzeros, DType::s32, {k / g, n / 8}),
+                             view(scales, DType::f16, {k / g, n}), view(g_idx, DType::s32, {k}),
+                             qw.view());
+    } catch (const Error& e) {
+      fail_model("'" + name + "': " + e.what(), e.code());
     }
     return qw;
   }
@@ -581,8 +522,7 @@ ModelFiles open_hf_dir(const std::filesystem::path& dir) {
   }
   m.weights = std::make_unique<FusedPartsSource>(
       std::make_unique<SafetensorsSource>(
-          std::move(files),
-          imported_quantization(Json::parse(config_text, config.string()), config.string())),
+          std::move(files), imported_quantization(config_text, config.string())),
       m.config);
   if (!m.weights->has("output.weight")) m.config.tied_embeddings = true;
   // The tokenizer, with BOS/EOS ids from config.json (tokenizer.json does not name them).

@@ -27,10 +27,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "llm/config.h"
 #include "llm/tokenizer.h"
+#include "nibble/quantize.h"
 #include "nibble/tensor.h"
 
 namespace nibble::llm {
@@ -117,6 +119,20 @@ std::string hf_tensor_name(const std::string& canonical);
 /// nibble.version.
 void write_nibble_checkpoint(ModelFiles& m, const std::string& format, const std::string& head_mode,
                              const std::string& dir);
+
+/// How a GPTQ or AWQ checkpoint (config.json's quantization_config) packs its 4-bit layers
+/// (nibble::Int4Packing has the layouts). Such a layer holds w = s·(q − z) per group of `group`
+/// inputs, exactly nibble's format(), w4a16_g<group>_asym_sf16.
+struct ImportedQuantization {
+  std::string method;          ///< "gptq" or "awq"; empty: no quantization_config
+  int64_t group = 0;           ///< 32, 64, 128 or 256
+  bool zero_plus_one = false;  ///< GPTQ's v1 checkpoint format stores each zero minus 1
+  std::string format() const;
+  Int4Packing packing() const;
+};
+/// The quantization_config of a config.json text; nibble::Error(unsupported) naming what nibble
+/// does not import (other methods and bit widths, GEMV packing, a quantized lm_head, ...).
+ImportedQuantization imported_quantization(std::string_view config_json, const std::string& what);
 
 /// Undoes llama.cpp's Q/K row permutation in place: rows (N = heads·hd, K) in GGUF order →
 /// Hugging Face order, head by head: hf[h·hd + j·hd/2 + i] = gguf[h·hd + 2i + j].

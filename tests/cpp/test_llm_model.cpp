@@ -92,10 +92,11 @@ TEST(LlmModel, QuantizationConfigsAreImportedOrRefusedByName) {
                 .find("awq 4-bit (g64) imported as w4a16_g64_asym_sf16"),
             std::string::npos);
   EXPECT_NE(open_with("null").weights->describe().find("safetensors"), std::string::npos);
-  refused(R"({"quant_method": "gptq", "bits": 8, "group_size": 128})", "8-bit");
-  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": -1})", "group_size -1");
+  refused(R"({"quant_method": "gptq", "bits": 8, "group_size": 128})", "'bits' must be 4");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": -1})",
+          "'group_size' must be 32, 64, 128 or 256");
   refused(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"})",
-          "checkpoint_format 'marlin'");
+          "got 'marlin'");
   refused(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": true})", "lm_head");
   refused(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"})", "'gemv'");
   refused(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": false})",

@@ -70,28 +70,84 @@ def load_quantized(model: nn.Module, path: str, *,
         tensors[key] = tensors[source]
     layers = json.loads(meta["nibble.layers"])
     for name, info in layers.items():
-        old = model.get_submodule(name)
-        target = device
-        if target is None:
-            w = getattr(old, "weight", None)
-            target = "cpu" if w is None or w.device.type == "meta" else w.device
         lf = linear_format(info["format"])
         bufs = {f: tensors.pop(f"{name}.weight_{f}", None) for f in _FIELDS}
         qw = ops.QuantizedWeight(lf.weight.name, info["out_features"], info["in_features"],
                                  **bufs)
-        bias = tensors.pop(f"{name}.bias", None)
-        w = getattr(old, "weight", None)
-        new = QuantizedLinear(qw, lf, bias, act_scale=info["act_scale"], device=target,
-                              layout=layout, act_dtype=None if w is None else w.dtype)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+        _replace_linear(model, name, qw, lf, tensors.pop(f"{name}.bias", None),
+                        info["act_scale"], device, layout)
+    return _load_the_rest(model, tensors, layers, device, strict, "load_quantized")
+
+
+def load_int4_checkpoint(model: nn.Module, path: str, *,
+                         device: Union[str, torch.device, None] = None, layout: str = "auto",
+                         strict: bool = True) -> nn.Module:
+    """Loads a GPTQ or AWQ checkpoint — a Hugging Face directory with config.json (its
+    ``quantization_config``) and model.safetensors or model.safetensors.index.json + shards —
+    into ``model``, the float model's structure (parameters may be on the meta device): each
+    4-bit layer (``<name>.qweight``, ``.qzeros``, ``.scales``, ``.g_idx``) becomes a
+    QuantizedLinear of format ``w4a16_g<G>_asym_sf16`` holding the checkpoint's own numbers
+    (nibble.unpack_int4_checkpoint: nothing is quantized again), on ``device`` (default: where
+    the replaced layer's weight was, or the CPU for meta weights); the other entries are loaded
+    with load_state_dict. Which checkpoints are taken: nibble.int4_packing_of. Returns
+    ``model``."""
+    import os
+
+    from safetensors.torch import load_file
+
+    config_path = os.path.join(path, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    if not config.get("quantization_config"):
+        raise ValueError(f"{config_path} has no quantization_config (not a GPTQ / AWQ "
+                         "checkpoint)")
+    packing, group = ops.int4_packing_of(config["quantization_config"])
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    tensors: Dict[str, torch.Tensor] = {}
+    for name in files:
+        tensors.update(load_file(os.path.join(path, name)))
+    lf = linear_format(f"w4a16_g{group}_asym_sf16")
+    layers = sorted(k[:-len(".qweight")] for k in tensors if k.endswith(".qweight"))
+    for name in layers:
+        qw = ops.unpack_int4_checkpoint(packing, tensors.pop(f"{name}.qweight"),
+                                        tensors.pop(f"{name}.qzeros"),
+                                        tensors.pop(f"{name}.scales"),
+                                        tensors.pop(f"{name}.g_idx", None), group_size=group)
+        old = model.get_submodule(name)
+        if (getattr(old, "out_features", qw.n), getattr(old, "in_features", qw.k)) != (qw.n, qw.k):
+            raise ValueError(f"load_int4_checkpoint: {name} is {qw.n}×{qw.k} in {path}, the "
+                             f"model's layer is {old.out_features}×{old.in_features}")
+        _replace_linear(model, name, qw, lf, tensors.pop(f"{name}.bias", None), None, device,
+                        layout)
+    return _load_the_rest(model, tensors, layers, device, strict, "load_int4_checkpoint")
+
+
+def _replace_linear(model, name, qw, lf, bias, act_scale, device, layout):
+    """Puts a QuantizedLinear of qw in place of the module `name`, on `device` or where the old
+    layer's weight was (the CPU for meta weights)."""
+    old = model.get_submodule(name)
+    w = getattr(old, "weight", None)
+    target = device
+    if target is None:
+        target = "cpu" if w is None or w.device.type == "meta" else w.device
+    new = QuantizedLinear(qw, lf, bias, act_scale=act_scale, device=target, layout=layout,
+                          act_dtype=None if w is None else w.dtype)
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+
+
+def _load_the_rest(model, tensors, layers, device, strict, who):
     meta_params = any(p.device.type == "meta" for p in model.parameters())
     missing, unexpected = model.load_state_dict(tensors, strict=False, assign=meta_params)
     quantized_prefixes = tuple(n + "." for n in layers)
     missing = [k for k in missing if not k.startswith(quantized_prefixes)]
     if strict and (missing or unexpected):
-        raise RuntimeError(f"load_quantized: missing keys {missing}, unexpected keys "
-                           f"{unexpected}")
+        raise RuntimeError(f"{who}: missing keys {missing}, unexpected keys {unexpected}")
     if device is not None:
         model.to(device)
     return model
