@@ -1197,6 +1197,31 @@ TEST(LlmCudaBackend, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
   std::filesystem::remove_all(dir);
 }
 
+// A pre-quantized checkpoint of a model with padded heads: its q/k/v rows are padded as
+// quantized rows (zero bytes: a zero weight in every format), which is what quantizing the
+// padded float rows at load gives, byte for byte.
+TEST(LlmCudaBackend, PreQuantizedCheckpointWithPaddedHeadsRunsLikeQuantizingAtLoad) {
+  NIBBLE_REQUIRE_GPU();
+  const std::string dir = test::unique_temp_path("nibble_cuda_padded_ckpt_test");
+  ModelConfig c = tied_config();
+  c.head_dim = 96;
+  for (const char* fmt : {"w4a8_g128", "w4a16_g128_asym_sf16"}) {
+    SCOPED_TRACE(fmt);
+    ModelFiles m = random_model(c, 11);
+    m.tokenizer = Tokenizer::from_hf_json(
+        R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [],
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})",
+        "tiny");
+    write_nibble_checkpoint(m, fmt, "bf16", dir);
+    ModelFiles q = open_model(dir);
+    auto from_ckpt = make_backend("cuda", q, options(fmt));
+    auto at_load = backend("cuda", c, options(fmt));
+    const auto prompt = prompt_of(8, 300);
+    EXPECT_EQ(logits_of(*from_ckpt, prompt, 0, true), logits_of(*at_load, prompt, 0, true));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LlmCudaBackend, RejectsWhatItCannotRunWithClearErrors) {
   NIBBLE_REQUIRE_GPU();
   auto expect_error = [](auto&& fn, ErrorCode code, const std::string& words) {

@@ -173,6 +173,30 @@ struct HeadPadding {
         std::copy_n(w.data() + (head * h + j) * k, k, out.data() + (head * H + at(j)) * k);
     return out;
   }
+  // The same for quantized rows: every buffer of a QuantizedWeight has one row per output
+  // (q, scales, zeros, group scales), and all-zero bytes are a zero weight in every format
+  // (its scales are 0).
+  QuantizedWeight pad_rows(const QuantizedWeight& w) const {
+    if (!active()) return w;
+    const int64_t heads = w.n / h;
+    QuantizedWeight out(w.format, heads * H, w.k);
+    auto pad = [&](Tensor QuantizedWeight::*buf) {
+      if (!(w.*buf).defined()) return;
+      const int64_t row = (w.*buf).nbytes() / w.n;
+      const auto* src = static_cast<const uint8_t*>((w.*buf).data());
+      auto* dst = static_cast<uint8_t*>((out.*buf).data());
+      std::memset(dst, 0, static_cast<size_t>((out.*buf).nbytes()));
+      for (int64_t head = 0; head < heads; ++head)
+        for (int64_t j = 0; j < h; ++j)
+          std::memcpy(dst + (head * H + at(j)) * row, src + (head * h + j) * row,
+                      static_cast<size_t>(row));
+    };
+    pad(&QuantizedWeight::q);
+    pad(&QuantizedWeight::scales);
+    pad(&QuantizedWeight::zeros);
+    pad(&QuantizedWeight::group_scales);
+    return out;
+  }
 };
 
 int64_t act_element_bytes(ActKind k) {
@@ -513,13 +537,6 @@ class CudaBackend final : public Backend {
         int64_t n = 0;
         for (int64_t r : rows) n += head_rows ? r / pad_.h * pad_.H : r;
         const std::string stored = src.quantized_format(p + parts[0]);
-        if (!stored.empty() && head_rows && pad_.active())
-          detail::fail(ErrorCode::unsupported,
-                       "nibble::llm: the checkpoint holds '" + p + parts[0] + "' pre-quantized; "
-                       "heads of head_dim " + std::to_string(pad_.h) + " run padded to " +
-                           std::to_string(pad_.H) +
-                           " on the GPU, which needs the float weights (use the model it was "
-                           "made from)");
         if (!stored.empty()) {
           // A pre-quantized checkpoint runs in its own format only (its floats are gone).
           if (strategy_.prefill != stored || strategy_.decode != stored)
@@ -528,8 +545,10 @@ class CudaBackend final : public Backend {
                              "' pre-quantized as " + stored + "; it runs with --format " +
                              stored + ", not " + strategy_.describe());
           std::vector<QuantizedWeight> qws;
-          for (size_t i = 0; i < parts.size(); ++i)
-            qws.push_back(src.load_quantized(p + parts[i], rows[i], k));
+          for (size_t i = 0; i < parts.size(); ++i) {
+            QuantizedWeight part = src.load_quantized(p + parts[i], rows[i], k);
+            qws.push_back(head_rows ? pad_.pad_rows(part) : std::move(part));
+          }
           slot[kPrefill] = GpuLinear::from_quantized(stored, concat_rows(qws), k, dev_);
           slot[kDecode] = slot[kPrefill];
           return;
