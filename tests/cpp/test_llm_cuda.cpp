@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -524,6 +525,65 @@ TEST(LlmCudaKernels, AddBiasAndHeadRmsNormMatchTheCpuFormulas) {
     }
 }
 
+// compact_heads moves each padded head's model columns (the halves at [0, h/2) and
+// [H/2, H/2 + h/2)) back side by side, in every output form, and writes nothing past them.
+TEST(LlmCudaKernels, CompactHeadsCopiesTheModelsColumnsInEveryForm) {
+  NIBBLE_REQUIRE_GPU();
+  nibble::test::Rng rng;
+  for (const auto& [h, H] : {std::pair{96, 128}, std::pair{80, 128}, std::pair{32, 64}, std::pair{50, 64}})
+    for (int64_t m : {1, 5}) {
+      SCOPED_TRACE(std::to_string(h) + " in " + std::to_string(H) + ", m=" + std::to_string(m));
+      AttentionShape s;
+      s.n_heads = 3, s.n_kv_heads = 1, s.head_dim = H, s.logical_head_dim = h, s.max_ctx = 8;
+      const int64_t pld = 3 * H + 8, old = 3 * h + 24;  // row strides wider than the rows
+      const auto vals = normals(static_cast<size_t>(m * pld), rng);
+      std::vector<float> want(static_cast<size_t>(m * old), -7.0f);  // -7: the poison
+      for (int64_t t = 0; t < m; ++t)
+        for (int head = 0; head < 3; ++head)
+          for (int j = 0; j < h; ++j) {
+            const int from = head * H + (j < h / 2 ? j : j - h / 2 + H / 2);
+            want[static_cast<size_t>(t * old + head * h + j)] = vals[static_cast<size_t>(t * pld + from)];
+          }
+      // f32
+      Tensor pf = device_copy(vals, DType::f32);
+      Tensor of = device_copy(std::vector<float>(static_cast<size_t>(m * old), -7.0f), DType::f32);
+      cuda::launch_compact_heads(act_out(ActKind::f32, pf, pld), act_out(ActKind::f32, of, old), m, s,
+                                 nullptr);
+      EXPECT_EQ(host_copy<float>(of), want);
+      // bf16 and int8: the same moves of 2- and 1-byte elements
+      std::vector<uint16_t> vb(vals.size()), wb(want.size());
+      std::vector<int8_t> vq(vals.size()), wq(want.size());
+      for (size_t i = 0; i < vals.size(); ++i) {
+        vb[i] = f32_to_bf16_bits(vals[i]);
+        vq[i] = static_cast<int8_t>(std::lrint(std::clamp(vals[i] * 40.0f, -127.0f, 127.0f)));
+      }
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t e = 0; e < old; ++e) {
+          const auto i = static_cast<size_t>(t * old + e);
+          wb[i] = f32_to_bf16_bits(-7.0f);
+          wq[i] = -7;
+        }
+      for (int64_t t = 0; t < m; ++t)
+        for (int head = 0; head < 3; ++head)
+          for (int j = 0; j < h; ++j) {
+            const auto from = static_cast<size_t>(t * pld + head * H + (j < h / 2 ? j : j - h / 2 + H / 2));
+            const auto to = static_cast<size_t>(t * old + head * h + j);
+            wb[to] = vb[from];
+            wq[to] = vq[from];
+          }
+      std::vector<uint16_t> poison_b(wb.size(), f32_to_bf16_bits(-7.0f));
+      Tensor pb = device_copy(vb, DType::bf16), ob = device_copy(poison_b, DType::bf16);
+      cuda::launch_compact_heads(act_out(ActKind::bf16, pb, pld), act_out(ActKind::bf16, ob, old), m,
+                                 s, nullptr);
+      EXPECT_EQ(host_copy<uint16_t>(ob), wb);
+      Tensor pq = device_copy(vq, DType::s8);
+      Tensor oq = device_copy(std::vector<int8_t>(wq.size(), -7), DType::s8);
+      cuda::launch_compact_heads(act_out(ActKind::s8_per_token, pq, pld),
+                                 act_out(ActKind::s8_per_token, oq, old), m, s, nullptr);
+      EXPECT_EQ(host_copy<int8_t>(oq), wq);
+    }
+}
+
 TEST(LlmCudaKernels, AttentionDecodeMatchesAFloat64Reference) {
   NIBBLE_REQUIRE_GPU();
   nibble::test::Rng rng;
@@ -826,6 +886,49 @@ TEST(LlmCudaBackend, AttentionBiasesAndQkNormsMatchTheCpu) {
     }
 }
 
+// Heads the attention kernels do not take (Phi-3's 96; 80, 32) run zero-padded to 64 or 128:
+// prompt logits and decode steps follow the CPU's, with attention biases and q/k norms too, and
+// in the three linear-input forms (bf16; f32 into a W4A8 GEMM; int8 from the attention).
+TEST(LlmCudaBackend, PaddedHeadsMatchTheCpu) {
+  NIBBLE_REQUIRE_GPU();
+  struct Variant {
+    const char* name;
+    int64_t head_dim, n_heads;
+    bool qkv_bias, o_bias, qk_norm;
+  };
+  for (const Variant& v : {Variant{"llama", 96, 4, false, false, false},
+                           Variant{"llama", 32, 8, false, false, false},
+                           Variant{"llama", 80, 4, true, true, false},
+                           Variant{"qwen3", 96, 4, false, false, true}})
+    for (const char* mode : {"bf16", "w4a8_g128", "w8a8"}) {
+      SCOPED_TRACE(std::string(v.name) + " head_dim " + std::to_string(v.head_dim) + " " + mode);
+      ModelConfig c = tied_config();
+      c.arch = v.name;
+      c.head_dim = v.head_dim, c.n_heads = v.n_heads;
+      c.qkv_bias = v.qkv_bias, c.o_bias = v.o_bias, c.qk_norm = v.qk_norm;
+      auto make = [&](const std::string& device) {
+        return v.qk_norm ? qk_scaled_backend(device, c, options(mode))
+                         : backend(device, c, options(mode));
+      };
+      auto gpu = make("cuda");
+      auto cpu = make("cpu");
+      EXPECT_NE(gpu->describe().find("zero-padded"), std::string::npos) << gpu->describe();
+      const double tol = std::string(mode) == "bf16" ? kGpuCpuTolBf16 : kGpuCpuTolInt8;
+      const auto prompt = prompt_of(24, c.vocab_size);
+      const auto g = logits_of(*gpu, prompt, 0, true), r = logits_of(*cpu, prompt, 0, true);
+      const double err = rel_frob(g, r);
+      std::printf("head_dim %lld %s %s: GPU vs CPU prompt logits %.2e\n",
+                  static_cast<long long>(v.head_dim), v.name, mode, err);
+      EXPECT_LT(err, tol);
+      for (int32_t step = 0; step < 3; ++step) {
+        const std::vector<int32_t> t{static_cast<int32_t>((step * 101 + 7) % c.vocab_size)};
+        const auto gd = logits_of(*gpu, t, 24 + step, false);
+        const auto rd = logits_of(*cpu, t, 24 + step, false);
+        EXPECT_LT(rel_frob(gd, rd), tol) << "decode step " << step;
+      }
+    }
+}
+
 TEST(LlmCudaBackend, GreedyTokensMatchTheCpu) {
   NIBBLE_REQUIRE_GPU();
   const ModelConfig c = tied_config();
@@ -1094,6 +1197,31 @@ TEST(LlmCudaBackend, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
   std::filesystem::remove_all(dir);
 }
 
+// A pre-quantized checkpoint of a model with padded heads: its q/k/v rows are padded as
+// quantized rows (zero bytes: a zero weight in every format), which is what quantizing the
+// padded float rows at load gives, byte for byte.
+TEST(LlmCudaBackend, PreQuantizedCheckpointWithPaddedHeadsRunsLikeQuantizingAtLoad) {
+  NIBBLE_REQUIRE_GPU();
+  const std::string dir = test::unique_temp_path("nibble_cuda_padded_ckpt_test");
+  ModelConfig c = tied_config();
+  c.head_dim = 96;
+  for (const char* fmt : {"w4a8_g128", "w4a16_g128_asym_sf16"}) {
+    SCOPED_TRACE(fmt);
+    ModelFiles m = random_model(c, 11);
+    m.tokenizer = Tokenizer::from_hf_json(
+        R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [],
+            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})",
+        "tiny");
+    write_nibble_checkpoint(m, fmt, "bf16", dir);
+    ModelFiles q = open_model(dir);
+    auto from_ckpt = make_backend("cuda", q, options(fmt));
+    auto at_load = backend("cuda", c, options(fmt));
+    const auto prompt = prompt_of(8, 300);
+    EXPECT_EQ(logits_of(*from_ckpt, prompt, 0, true), logits_of(*at_load, prompt, 0, true));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LlmCudaBackend, RejectsWhatItCannotRunWithClearErrors) {
   NIBBLE_REQUIRE_GPU();
   auto expect_error = [](auto&& fn, ErrorCode code, const std::string& words) {
@@ -1106,7 +1234,7 @@ TEST(LlmCudaBackend, RejectsWhatItCannotRunWithClearErrors) {
     }
   };
   ModelConfig odd = tied_config();
-  odd.head_dim = 32, odd.n_heads = 8;  // dim 256 over 8 heads of 32
+  odd.head_dim = 256, odd.n_heads = 2;  // heads wider than the kernels' 128 (Gemma's)
   expect_error([&] { backend("cuda", odd, options("bf16")); }, ErrorCode::unsupported, "head_dim");
   ModelConfig wide = untied_config();
   wide.n_heads = 16, wide.n_kv_heads = 1, wide.head_dim = 64;  // 16 query heads per kv head

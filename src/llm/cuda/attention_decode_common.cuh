@@ -31,7 +31,7 @@ struct Params {
   ActOutput out;
   int splits;  // attention_decode_splitkv: CTAs along the KV length
   int group;   // query heads per kv head
-  float scale;  // 1/sqrt(hd)
+  float scale;  // 1/sqrt(the model's hd)
 };
 
 // RoPE's rotate-half pair (a, b) = (x[i], x[i + hd/2]), each product rounded on its own (no FMA)

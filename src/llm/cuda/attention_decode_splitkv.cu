@@ -325,7 +325,7 @@ void launch_attention_decode(const float* qkv, const int32_t* pos, const Attenti
   p.out = out;
   p.splits = decode_attention_splits(s.max_ctx);
   p.group = s.n_heads / s.n_kv_heads;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.model_head_dim())));
   if ((s.head_dim == 64 || s.head_dim == 128) && decode_attention::launch_cluster(p, stream))
     return;
   switch (s.head_dim) {

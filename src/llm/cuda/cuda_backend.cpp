@@ -155,6 +155,50 @@ QuantizedWeight concat_rows(const std::vector<QuantizedWeight>& parts) {
   return out;
 }
 
+// Heads of the model's head_dim h run as heads of H, the attention kernels' 64 or 128 (H == h
+// when h is one of them): dimension j of a head sits at at(j) = j (j < h/2) or j − h/2 + H/2 of
+// its padded head, zeros elsewhere, so RoPE's rotate-half pairs stay pairs (attention_extras.cu,
+// launch_compact_heads, has the whole scheme).
+struct HeadPadding {
+  int64_t h = 0, H = 0;
+  bool active() const { return H != h; }
+  int64_t at(int64_t j) const { return j < h / 2 ? j : j - h / 2 + H / 2; }
+  // (heads·h, k) row-major → (heads·H, k): row head·h + j moves to row head·H + at(j).
+  std::vector<float> pad_rows(const std::vector<float>& w, int64_t k) const {
+    if (!active()) return w;
+    const int64_t heads = static_cast<int64_t>(w.size()) / (h * k);
+    std::vector<float> out(static_cast<size_t>(heads * H * k), 0.0f);
+    for (int64_t head = 0; head < heads; ++head)
+      for (int64_t j = 0; j < h; ++j)
+        std::copy_n(w.data() + (head * h + j) * k, k, out.data() + (head * H + at(j)) * k);
+    return out;
+  }
+  // The same for quantized rows: every buffer of a QuantizedWeight has one row per output
+  // (q, scales, zeros, group scales), and all-zero bytes are a zero weight in every format
+  // (its scales are 0).
+  QuantizedWeight pad_rows(const QuantizedWeight& w) const {
+    if (!active()) return w;
+    const int64_t heads = w.n / h;
+    QuantizedWeight out(w.format, heads * H, w.k);
+    auto pad = [&](Tensor QuantizedWeight::*buf) {
+      if (!(w.*buf).defined()) return;
+      const int64_t row = (w.*buf).nbytes() / w.n;
+      const auto* src = static_cast<const uint8_t*>((w.*buf).data());
+      auto* dst = static_cast<uint8_t*>((out.*buf).data());
+      std::memset(dst, 0, static_cast<size_t>((out.*buf).nbytes()));
+      for (int64_t head = 0; head < heads; ++head)
+        for (int64_t j = 0; j < h; ++j)
+          std::memcpy(dst + (head * H + at(j)) * row, src + (head * h + j) * row,
+                      static_cast<size_t>(row));
+    };
+    pad(&QuantizedWeight::q);
+    pad(&QuantizedWeight::scales);
+    pad(&QuantizedWeight::zeros);
+    pad(&QuantizedWeight::group_scales);
+    return out;
+  }
+};
+
 int64_t act_element_bytes(ActKind k) {
   return k == ActKind::f32 ? 4 : k == ActKind::bf16 ? 2 : 1;
 }
@@ -351,6 +395,10 @@ class CudaBackend final : public Backend {
                     std::to_string(info_.cc_minor) + ", " + std::to_string(info_.sm_count) +
                     " SMs), " + std::to_string(n_layers_) + "/" + std::to_string(c_.n_layers) +
                     " layers, KV cache " + std::to_string(max_ctx_) + " tokens (bf16)\n";
+    if (pad_.active())
+      s += "  attention heads of " + std::to_string(pad_.h) + " run zero-padded to " +
+           std::to_string(pad_.H) + " (the kernels' size): KV cache and attention work grow by " +
+           std::to_string(pad_.H * 100 / pad_.h - 100) + "%\n";
     if (random_on_device_)
       s += "  weights: random, generated on the GPU (seed " + std::to_string(random_seed_) +
            "; not a trained model)\n";
@@ -390,10 +438,11 @@ class CudaBackend final : public Backend {
       detail::fail(ErrorCode::invalid_argument,
                    "nibble::llm: context " + std::to_string(max_ctx_) + " is outside [1, " +
                        std::to_string(c_.max_context) + "], the model's");
-    if (c_.head_dim != 64 && c_.head_dim != 128)
+    if (c_.head_dim > 128)
       detail::fail(ErrorCode::unsupported,
-                   "nibble::llm: the CUDA backend's attention kernels take head_dim 64 or 128, "
-                   "this model has " + std::to_string(c_.head_dim) + " (use --device cpu)");
+                   "nibble::llm: the CUDA backend's attention kernels take head_dim up to 128 "
+                   "(smaller heads run zero-padded to 64 or 128), this model has " +
+                       std::to_string(c_.head_dim) + " (use --device cpu)");
     if (c_.n_heads / c_.n_kv_heads > 8)
       detail::fail(ErrorCode::unsupported,
                    "nibble::llm: the CUDA backend's decode attention takes up to 8 query heads "
@@ -404,7 +453,10 @@ class CudaBackend final : public Backend {
                    "tokens, got " + std::to_string(max_ctx_) + " (lower --ctx-size)");
     shape_.n_heads = static_cast<int>(c_.n_heads);
     shape_.n_kv_heads = static_cast<int>(c_.n_kv_heads);
-    shape_.head_dim = static_cast<int>(c_.head_dim);
+    pad_.h = c_.head_dim;
+    pad_.H = c_.head_dim <= 64 ? 64 : 128;
+    shape_.head_dim = static_cast<int>(pad_.H);
+    shape_.logical_head_dim = pad_.active() ? static_cast<int>(pad_.h) : 0;
     shape_.max_ctx = max_ctx_;
     m_max_ = std::min(max_ctx_, kPrefillChunk);
   }
@@ -437,7 +489,9 @@ class CudaBackend final : public Backend {
     WeightSource& src = *files.weights;
     const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd, kvd = c_.n_kv_heads * hd;
     const int64_t f = c_.ffn_dim, vocab = c_.vocab_size;
-    random_on_device_ = opt.random_weights_on_device && src.random_seed().has_value();
+    // Padded heads need the q/k/v rows on the host to place them.
+    random_on_device_ =
+        opt.random_weights_on_device && src.random_seed().has_value() && !pad_.active();
     if (random_on_device_) random_seed_ = *src.random_seed();
     const Stream fill = streams_[kPrefill].s;
 
@@ -476,11 +530,12 @@ class CudaBackend final : public Backend {
     for (int64_t l = 0; l < n_layers_; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
       Layer L;
-      // `parts` name the tensors stacked (in order) into one (n, k) layer.
+      // `parts` name the tensors stacked (in order) into one (n, k) layer; with `head_rows`,
+      // each part's rows are heads of head_dim, placed into padded heads (HeadPadding).
       auto lin = [&](std::shared_ptr<GpuLinear>(&slot)[2], std::vector<std::string> parts,
-                     std::vector<int64_t> rows, int64_t k) {
+                     std::vector<int64_t> rows, int64_t k, bool head_rows = false) {
         int64_t n = 0;
-        for (int64_t r : rows) n += r;
+        for (int64_t r : rows) n += head_rows ? r / pad_.h * pad_.H : r;
         const std::string stored = src.quantized_format(p + parts[0]);
         if (!stored.empty()) {
           // A pre-quantized checkpoint runs in its own format only (its floats are gone).
@@ -490,8 +545,10 @@ class CudaBackend final : public Backend {
                              "' pre-quantized as " + stored + "; it runs with --format " +
                              stored + ", not " + strategy_.describe());
           std::vector<QuantizedWeight> qws;
-          for (size_t i = 0; i < parts.size(); ++i)
-            qws.push_back(src.load_quantized(p + parts[i], rows[i], k));
+          for (size_t i = 0; i < parts.size(); ++i) {
+            QuantizedWeight part = src.load_quantized(p + parts[i], rows[i], k);
+            qws.push_back(head_rows ? pad_.pad_rows(part) : std::move(part));
+          }
           slot[kPrefill] = GpuLinear::from_quantized(stored, concat_rows(qws), k, dev_);
           slot[kDecode] = slot[kPrefill];
           return;
@@ -505,7 +562,8 @@ class CudaBackend final : public Backend {
         if (!random_on_device_) {
           w.reserve(static_cast<size_t>(n * k));
           for (size_t i = 0; i < parts.size(); ++i) {
-            const std::vector<float> part = src.load(p + parts[i], {rows[i], k});
+            std::vector<float> part = src.load(p + parts[i], {rows[i], k});
+            if (head_rows) part = pad_.pad_rows(part, k);
             w.insert(w.end(), part.begin(), part.end());
           }
         }
@@ -519,19 +577,20 @@ class CudaBackend final : public Backend {
       L.ffn_norm = random_on_device_ ? ones(d) : upload_f32(src.load(p + "ffn_norm.weight", {d}));
       // The extras are small: loaded from the source even for weights made on the device.
       if (c_.qkv_bias) {
-        std::vector<float> b = src.load(p + "attn_q.bias", {qd});
+        std::vector<float> b = pad_.pad_rows(src.load(p + "attn_q.bias", {qd}), 1);
         for (const char* part : {"attn_k.bias", "attn_v.bias"}) {
-          const std::vector<float> kv = src.load(p + part, {kvd});
+          const std::vector<float> kv = pad_.pad_rows(src.load(p + part, {kvd}), 1);
           b.insert(b.end(), kv.begin(), kv.end());
         }
         L.qkv_bias = upload_f32(b);
       }
       if (c_.o_bias) L.o_bias = upload_f32(src.load(p + "attn_output.bias", {d}));
       if (c_.qk_norm) {
-        L.q_norm = upload_f32(src.load(p + "attn_q_norm.weight", {hd}));
-        L.k_norm = upload_f32(src.load(p + "attn_k_norm.weight", {hd}));
+        L.q_norm = upload_f32(pad_.pad_rows(src.load(p + "attn_q_norm.weight", {hd}), 1));
+        L.k_norm = upload_f32(pad_.pad_rows(src.load(p + "attn_k_norm.weight", {hd}), 1));
       }
-      lin(L.qkv, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, {qd, kvd, kvd}, d);
+      lin(L.qkv, {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, {qd, kvd, kvd}, d,
+          /*head_rows=*/true);
       lin(L.o, {"attn_output.weight"}, {d}, qd);
       lin(L.gate_up, {"ffn_gate.weight", "ffn_up.weight"}, {f, f}, d);
       lin(L.down, {"ffn_down.weight"}, {d}, f);
@@ -541,7 +600,10 @@ class CudaBackend final : public Backend {
 
   // Every linear's input kind in a phase; the buffers each needs.
   void allocate_buffers() {
-    const int64_t d = c_.dim, hd = c_.head_dim, qd = c_.n_heads * hd;
+    // qd: the attention output's width as o reads it; the attention itself works on padded heads
+    // of hd (HeadPadding) and writes them to att_padded_ first when they are padded.
+    const int64_t d = c_.dim, hd = pad_.H, qd = c_.n_heads * c_.head_dim;
+    const int64_t qd_padded = c_.n_heads * hd;
     const int64_t f = c_.ffn_dim, vocab = c_.vocab_size, m = m_max_;
     bool need[3] = {false, false, false};  // indexed by ActKind
     bool need_int8 = false;
@@ -578,12 +640,13 @@ class CudaBackend final : public Backend {
     x_sumsq_ = device_tensor(DType::f64, {1, sumsq_granules(d)});
     qkv_ = device_tensor(DType::f32, {m, shape_.qkv_ld()});
     gu_ = device_tensor(DType::f32, {m, 2 * f});
-    q_bf16_ = device_tensor(DType::bf16, {m, qd});
+    q_bf16_ = device_tensor(DType::bf16, {m, qd_padded});
+    if (pad_.active()) att_padded_ = device_tensor(DType::f32, {m, qd_padded});  // any ActKind
     logits_ = device_tensor(DType::f32, {1, vocab});
     k_cache_ = zeros(DType::bf16, {n_layers_, c_.n_kv_heads, max_ctx_, hd});
     v_cache_ = zeros(DType::bf16, {n_layers_, c_.n_kv_heads, max_ctx_, hd});
     attn_partials_ = device_tensor(DType::f32, {cuda::decode_attention_partial_floats(shape_)});
-    attn_row_ = device_tensor(DType::f32, {qd});
+    attn_row_ = device_tensor(DType::f32, {qd_padded});
     attn_counters_ = zeros(DType::s32, {cuda::decode_attention_counter_ints(shape_)});
     d_tokens_ = device_tensor(DType::s32, {m + 1});  // tokens, then the first position
     d_step_ = device_tensor(DType::s32, {2});        // decode: token, position
@@ -596,9 +659,20 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t& e : greedy_events_.events)
       NIBBLE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
-    const int64_t half = hd / 2;
+    const int64_t half = hd / 2, model_half = c_.head_dim / 2;
     std::vector<float> cs, sn;
-    rope_tables(c_, max_ctx_, cs, sn);  // the CPU backend's f32 cos/sin table
+    rope_tables(c_, max_ctx_, cs, sn);  // the CPU backend's f32 cos/sin table, (max_ctx, hd/2)
+    if (pad_.active()) {  // pairs past the model's rotate zeros: cos 1, sin 0
+      std::vector<float> pc(static_cast<size_t>(max_ctx_ * half), 1.0f);
+      std::vector<float> ps(pc.size(), 0.0f);
+      for (int64_t p = 0; p < max_ctx_; ++p)
+        for (int64_t i = 0; i < model_half; ++i) {
+          pc[static_cast<size_t>(p * half + i)] = cs[static_cast<size_t>(p * model_half + i)];
+          ps[static_cast<size_t>(p * half + i)] = sn[static_cast<size_t>(p * model_half + i)];
+        }
+      cs = std::move(pc);
+      sn = std::move(ps);
+    }
     cos_ = device_tensor(DType::f32, {max_ctx_, half});
     sin_ = device_tensor(DType::f32, {max_ctx_, half});
     NIBBLE_CUDA_CHECK(cudaMemcpy(cos_.data(), cs.data(), cs.size() * 4, cudaMemcpyHostToDevice));
@@ -658,6 +732,16 @@ class CudaBackend final : public Backend {
     if (o.data == nullptr)
       detail::fail(ErrorCode::internal, std::string("nibble::llm: no ") + cuda::to_string(kind) +
                                             " activation buffer was allocated");
+    return o;
+  }
+
+  // Where the attention writes `att`: att itself, or with padded heads att_padded_ in the same
+  // form (rows of n_heads × the padded head_dim; launch_compact_heads then moves them to att).
+  ActOutput padded_heads_output(const ActOutput& att) {
+    if (!pad_.active()) return att;
+    ActOutput o = att;
+    o.data = att_padded_.data();
+    o.ld = c_.n_heads * pad_.H;
     return o;
   }
 
@@ -764,7 +848,7 @@ class CudaBackend final : public Backend {
     cuda::launch_embedding(static_cast<const uint16_t*>(emb_.data()), tokens, m, d, x, s);
     delta_pending_ = sums_current_ = false;
     mark("embedding", s);
-    const int64_t cache_stride = c_.n_kv_heads * max_ctx_ * c_.head_dim;
+    const int64_t cache_stride = c_.n_kv_heads * max_ctx_ * shape_.head_dim;
     for (int64_t l = 0; l < n_layers_; ++l) {
       const Layer& L = layers_[static_cast<size_t>(l)];
       auto* kc = static_cast<uint16_t*>(k_cache_.data()) + l * cache_stride;
@@ -783,12 +867,15 @@ class CudaBackend final : public Backend {
       ActKind att_kind = L.o[ph]->input_kind(fuse_, m);
       if (ph == kDecode) {
         const ActOutput att = act_output(att_kind);
+        const ActOutput att_written = padded_heads_output(att);
         cuda::DecodeAttentionWorkspace ws;
         ws.partials = static_cast<float*>(attn_partials_.data());
         ws.row_f32 = static_cast<float*>(attn_row_.data());
         ws.counters = static_cast<int*>(attn_counters_.data());
         cuda::launch_attention_decode(qkv, pos, shape_, static_cast<const float*>(cos_.data()),
-                                      static_cast<const float*>(sin_.data()), kc, vc, ws, att, s);
+                                      static_cast<const float*>(sin_.data()), kc, vc, ws,
+                                      att_written, s);
+        if (pad_.active()) cuda::launch_compact_heads(att_written, att, m, shape_, s);
         mark("attention", s);
         run_residual_linear(*L.o[ph], att, m, qd, x, delta, s, blas, L.o_bias);
         mark("o", s);
@@ -801,7 +888,9 @@ class CudaBackend final : public Backend {
           NIBBLE_CUDA_CHECK(cudaEventRecord(attn_events_.events[static_cast<size_t>(2 * l)], s));
         cuda::launch_rope_qkv_store(qkv, m, pos, shape_, static_cast<const float*>(cos_.data()),
                                     static_cast<const float*>(sin_.data()), q, kc, vc, s);
-        cuda::launch_attention_prefill(q, m, pos, shape_, kc, vc, att, s);
+        const ActOutput att_written = padded_heads_output(att);
+        cuda::launch_attention_prefill(q, m, pos, shape_, kc, vc, att_written, s);
+        if (pad_.active()) cuda::launch_compact_heads(att_written, att, m, shape_, s);
         if (timed)
           NIBBLE_CUDA_CHECK(
               cudaEventRecord(attn_events_.events[static_cast<size_t>(2 * l + 1)], s));
@@ -916,6 +1005,7 @@ class CudaBackend final : public Backend {
   LinearStrategy strategy_;
   std::string head_mode_;
   cuda::AttentionShape shape_;
+  HeadPadding pad_;  // the model's head_dim and the attention kernels' (equal unless padded)
   int64_t n_layers_ = 0, max_ctx_ = 0, m_max_ = 0;
   bool random_on_device_ = false;
   uint64_t random_seed_ = 0;
@@ -934,6 +1024,7 @@ class CudaBackend final : public Backend {
   int64_t act_ld_ = 0, act_ld_s8_ = 0;
   Tensor act_bf16_, act_f32_, act_s8_, act_scales_;  // a linear layer's input, (m_max, ld)
   Tensor x_, delta_, qkv_, gu_, q_bf16_, logits_, logits_all_;
+  Tensor att_padded_;  // (m_max, n_heads·padded head_dim) f32-sized: padded heads' attention output
   // The decode step's residual stream through LinearFusion (run_normed_linear,
   // run_residual_linear): x_'s granule sums as the last block-output linear wrote them, and
   // while enqueueing a pass, whether delta_ holds an output not yet added to x_ and whether

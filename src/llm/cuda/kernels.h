@@ -52,7 +52,12 @@ void launch_swiglu(const float* gu, int64_t m, int64_t f, const ActOutput& out, 
 struct AttentionShape {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t max_ctx = 0;
+  /// The model's head_dim when its heads run zero-padded to head_dim (the kernels' 64 or 128;
+  /// see launch_compact_heads); 0 when they are not padded. The softmax scale 1/√d and the q/k
+  /// norms' mean use it.
+  int logical_head_dim = 0;
   constexpr int qkv_ld() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+  constexpr int model_head_dim() const { return logical_head_dim > 0 ? logical_head_dim : head_dim; }
 };
 
 /// Prefill half of RoPE: for token t < m at position p = *pos0 + t, rotates the pairs
@@ -71,6 +76,14 @@ void launch_add_bias(float* y, int64_t m, int64_t n, const float* bias, Stream s
 /// double), w = q_norm or k_norm (head_dim) f32. v heads are untouched.
 void launch_head_rmsnorm(float* qkv, int64_t m, const AttentionShape& s, const float* q_norm,
                          const float* k_norm, double eps, Stream stream);
+
+/// Heads of the model's head_dim h (s.logical_head_dim) run zero-padded to H = s.head_dim: the
+/// h/2 halves that RoPE pairs sit at [0, h/2) and [H/2, H/2 + h/2) of each padded head, zeros
+/// elsewhere. Writes the attention output rows `padded` (m, n_heads·H) back without the padding
+/// into `out` (m, n_heads·h), in the same form (f32, bf16 or int8 codes; an int8 row's scale is
+/// unchanged, the padding being zeros, and stays where the attention wrote it).
+void launch_compact_heads(const ActOutput& padded, const ActOutput& out, int64_t m,
+                          const AttentionShape& s, Stream stream);
 
 /// Workspace of the decode attention: partial softmax states and arrival counters.
 struct DecodeAttentionWorkspace {

@@ -85,7 +85,7 @@ struct PrefillParams {
   const __nv_bfloat16* k_cache;
   const __nv_bfloat16* v_cache;
   ActOutput out;
-  float scale_log2;  // log2(e) / sqrt(hd)
+  float scale_log2;  // log2(e) / sqrt(the model's hd)
 };
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile.
@@ -312,7 +312,8 @@ void launch_attention_prefill(const uint16_t* q, int64_t m, const int32_t* pos0,
   p.k_cache = reinterpret_cast<const __nv_bfloat16*>(k_cache);
   p.v_cache = reinterpret_cast<const __nv_bfloat16*>(v_cache);
   p.out = out;
-  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(s.head_dim)));
+  p.scale_log2 =
+      static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(s.model_head_dim())));
   switch (s.head_dim) {
     case 64: return launch<64>(p, s.n_heads, stream);
     case 128: return launch<128>(p, s.n_heads, stream);
