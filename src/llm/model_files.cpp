@@ -144,10 +144,10 @@ ImportedQuantization imported_quantization(std::string_view config_json, const s
 
 namespace {
 
+// The layer's expected qweight / qzeros / scales shapes divide n by 8 and k by G: a layer these
+// do not divide is refused here, naming it, before a shape built from them could mismatch.
 void check_imported_shape(const ImportedQuantization& iq, const std::string& name, int64_t n,
                           int64_t k) {
-  if (iq.method != "gptq" && iq.method != "awq")
-    fail_model("'" + name + "': no GPTQ / AWQ quantization to unpack");
   if (k <= 0 || n <= 0 || k % iq.group != 0 || n % 8 != 0)
     fail_model("'" + name + "': " + iq.method + " layer of " + std::to_string(n) +
                " outputs and " + std::to_string(k) + " inputs: needs outputs a multiple of 8 and "
