@@ -1175,25 +1175,31 @@ TEST(LlmCudaBackend, RandomWeightsMadeOnTheDeviceRun) {
   }
 }
 
+// A random model of config c written as a nibble checkpoint in format fmt, opened and run,
+// gives the logits of the same model quantized at load, bit for bit.
+void expect_checkpoint_runs_like_quantizing_at_load(const ModelConfig& c, const char* fmt,
+                                                    const std::string& dir) {
+  SCOPED_TRACE(fmt);
+  ModelFiles m = random_model(c, 11);
+  m.tokenizer = Tokenizer::from_hf_json(
+      R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [],
+          "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})",
+      "tiny");
+  write_nibble_checkpoint(m, fmt, "bf16", dir);
+  ModelFiles q = open_model(dir);
+  auto from_ckpt = make_backend("cuda", q, options(fmt));
+  auto at_load = backend("cuda", c, options(fmt));
+  const auto prompt = prompt_of(8, 300);
+  EXPECT_EQ(logits_of(*from_ckpt, prompt, 0, true), logits_of(*at_load, prompt, 0, true));
+}
+
 TEST(LlmCudaBackend, PreQuantizedCheckpointRunsLikeQuantizingAtLoad) {
   NIBBLE_REQUIRE_GPU();
   const std::string dir = test::unique_temp_path("nibble_cuda_ckpt_test");
   // The _sf16 ones: what GPTQ / AWQ checkpoints import as (f16 group scales).
   for (const char* fmt :
-       {"w4a8_g128", "w4a16_g128_asym", "w4a16_g128_asym_sf16", "w4a16_g64_asym_sf16"}) {
-    SCOPED_TRACE(fmt);
-    ModelFiles m = random_model(tied_config(), 11);
-    m.tokenizer = Tokenizer::from_hf_json(
-        R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [],
-            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})",
-        "tiny");
-    write_nibble_checkpoint(m, fmt, "bf16", dir);
-    ModelFiles q = open_model(dir);
-    auto from_ckpt = make_backend("cuda", q, options(fmt));
-    auto at_load = backend("cuda", tied_config(), options(fmt));
-    const auto prompt = prompt_of(8, 300);
-    EXPECT_EQ(logits_of(*from_ckpt, prompt, 0, true), logits_of(*at_load, prompt, 0, true));
-  }
+       {"w4a8_g128", "w4a16_g128_asym", "w4a16_g128_asym_sf16", "w4a16_g64_asym_sf16"})
+    expect_checkpoint_runs_like_quantizing_at_load(tied_config(), fmt, dir);
   std::filesystem::remove_all(dir);
 }
 
@@ -1205,20 +1211,8 @@ TEST(LlmCudaBackend, PreQuantizedCheckpointWithPaddedHeadsRunsLikeQuantizingAtLo
   const std::string dir = test::unique_temp_path("nibble_cuda_padded_ckpt_test");
   ModelConfig c = tied_config();
   c.head_dim = 96;
-  for (const char* fmt : {"w4a8_g128", "w4a16_g128_asym_sf16"}) {
-    SCOPED_TRACE(fmt);
-    ModelFiles m = random_model(c, 11);
-    m.tokenizer = Tokenizer::from_hf_json(
-        R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [],
-            "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})",
-        "tiny");
-    write_nibble_checkpoint(m, fmt, "bf16", dir);
-    ModelFiles q = open_model(dir);
-    auto from_ckpt = make_backend("cuda", q, options(fmt));
-    auto at_load = backend("cuda", c, options(fmt));
-    const auto prompt = prompt_of(8, 300);
-    EXPECT_EQ(logits_of(*from_ckpt, prompt, 0, true), logits_of(*at_load, prompt, 0, true));
-  }
+  for (const char* fmt : {"w4a8_g128", "w4a16_g128_asym_sf16"})
+    expect_checkpoint_runs_like_quantizing_at_load(c, fmt, dir);
   std::filesystem::remove_all(dir);
 }
 
