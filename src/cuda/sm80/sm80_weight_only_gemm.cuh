@@ -271,6 +271,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // rows past M are never stored, so whatever those shared-memory rows hold is harmless.
   const int x_rows = min(BM, p.m - m0);
 
+  // This thread's weight copies of a stage: the chunks tid + j·kThreads of the tile's BN/8
+  // blocks (each block's kBlockBytes are contiguous in the layout), so chunk j is block
+  // (tid + j·kThreads) / kChunksPerBlock at the same byte offset in it: consecutive passes are a
+  // fixed number of block rows apart.
+  constexpr int kWeightChunksPerBlock = Cfg::kBlockBytes / 16;
+  constexpr int kWeightChunks = (BN / 8) * kWeightChunksPerBlock;
+  static_assert(Cfg::kThreads % kWeightChunksPerBlock == 0 && kWeightChunks % Cfg::kThreads == 0,
+                "a pass of copies must cover whole weight blocks");
+  constexpr int kWeightPasses = kWeightChunks / Cfg::kThreads;
+  const bool w_tile_inside = n0 + BN <= p.n_pad;
+  const uint8_t* w_thread =
+      p.w + (int64_t((n0 >> 3) + tid / kWeightChunksPerBlock) * p.kblocks) * Cfg::kBlockBytes +
+      (tid % kWeightChunksPerBlock) * 16;
+  const int64_t w_pass_stride =
+      int64_t(Cfg::kThreads / kWeightChunksPerBlock) * p.kblocks * Cfg::kBlockBytes;
+
+  // The K block's group scales (and zeros) of the tile's columns.
+  auto load_group_tables = [&](uint8_t* w_sh, int kb) {
+    if constexpr (Cfg::kGrouped) {
+      uint8_t* g_sh = w_sh + Cfg::kWBytes;
+      constexpr int kChunksPerRow = BN * 4 / 16;
+      constexpr int kTables = Cfg::kHasZeros ? 2 : 1;
+      constexpr int kChunks = Cfg::kGroupRows * kChunksPerRow;
+      const int first_group = (kb * Cfg::kBK) >> p.group_shift;
+      for_each_thread_chunk<kTables * kChunks, Cfg::kThreads>(tid, [&](int i) {
+        const int table = i / kChunks, r = (i % kChunks) / kChunksPerRow, c = i % kChunksPerRow;
+        const int col = n0 + c * 4;
+        const bool valid = col < p.n_pad;
+        const float* src = (table == 0 ? p.w_scales : p.w_zeros) +
+                           int64_t(first_group + r) * p.n_pad + (valid ? col : 0);
+        cp_async_16(g_sh + table * Cfg::kScaleRegionBytes + r * BN * 4 + c * 16, src, valid);
+      });
+    }
+  };
+
   // ---- one pipeline stage: x tile, W tile, and this K block's group scales and zeros ---------
   // `parts` picks the activation half (x: an earlier kernel's output), the weight half (W, group
   // scales and zeros: weights only; see the prologue below) or both.
@@ -288,7 +323,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       });
     }
     if (!(parts & kStageWeights)) return;
-    constexpr int kChunksPerBlock = Cfg::kBlockBytes / 16;
+    constexpr int kChunksPerBlock = kWeightChunksPerBlock;
+    if (w_tile_inside) {
+      // Every block row of the tile exists: this thread's chunks are w_thread + kb blocks,
+      // then w_pass_stride apart. One 64-bit add a copy; the general form below spends about
+      // 15 instructions on each copy's address and clamp (W8A16 decode tile, sm_90a SASS: the
+      // stage load fell from ~190 to ~30 of the ~575 instructions a K block). H200, 2026-11-28:
+      // W8A16 2.6-9.8% faster at M = 1 and 16, W4A16 g128 -0.2..+3.6%
+      // (bench/results/h200_weight_only_hoisted_copies_ab.txt). The same hoisting of the x
+      // copies, and of sm80_w4a8_gemm's thin-tile weight copies, measured 1-3% slower at M = 1
+      // (more registers live across the main loop) and was left out.
+      const uint8_t* src = w_thread + int64_t(kb) * Cfg::kBlockBytes;
+      uint8_t* dst = w_sh + tid * 16;
+#pragma unroll
+      for (int j = 0; j < kWeightPasses; ++j) {
+        cp_async_16(dst + j * Cfg::kThreads * 16, src, true);
+        src += w_pass_stride;
+      }
+      return load_group_tables(w_sh, kb);
+    }
     for_each_thread_chunk<(BN / 8) * kChunksPerBlock, Cfg::kThreads>(tid, [&](int i) {
       const int nb = i / kChunksPerBlock, part = i % kChunksPerBlock;
       const int gnb = (n0 >> 3) + nb;
@@ -303,21 +356,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       // scripts/sass_check.py rejects such instructions in the build.
       cp_async_16(w_sh + nb * Cfg::kBlockBytes + part * 16, src, valid);
     });
-    if constexpr (Cfg::kGrouped) {
-      uint8_t* g_sh = w_sh + Cfg::kWBytes;
-      constexpr int kChunksPerRow = BN * 4 / 16;
-      constexpr int kTables = Cfg::kHasZeros ? 2 : 1;
-      constexpr int kChunks = Cfg::kGroupRows * kChunksPerRow;
-      const int first_group = (kb * Cfg::kBK) >> p.group_shift;
-      for_each_thread_chunk<kTables * kChunks, Cfg::kThreads>(tid, [&](int i) {
-        const int table = i / kChunks, r = (i % kChunks) / kChunksPerRow, c = i % kChunksPerRow;
-        const int col = n0 + c * 4;
-        const bool valid = col < p.n_pad;
-        const float* src = (table == 0 ? p.w_scales : p.w_zeros) +
-                           int64_t(first_group + r) * p.n_pad + (valid ? col : 0);
-        cp_async_16(g_sh + table * Cfg::kScaleRegionBytes + r * BN * 4 + c * 16, src, valid);
-      });
-    }
+    load_group_tables(w_sh, kb);
   };
 
   float acc[MT][NT][4];
