@@ -499,7 +499,12 @@ TEST(LlmCpuBackend, BadRequestsAreRejected) {
   EXPECT_THROW(be->forward({}, 0, false, logits), Error);
   ModelFiles m = random_model(tiny_config(), 1);
   BackendOptions o;
-  EXPECT_THROW(make_backend("cuda", m, o), Error);
+  // Heads wider than the CUDA attention kernels' 128: rejected with or without a GPU (a CPU-only
+  // build rejects "cuda" itself). The tiny model's head_dim 8 runs on the GPU, zero-padded.
+  ModelConfig wide_heads = tiny_config();
+  wide_heads.head_dim = 160;
+  ModelFiles wide_model = random_model(wide_heads, 1);
+  EXPECT_THROW(make_backend("cuda", wide_model, o), Error);
   EXPECT_THROW(make_backend("tpu", m, o), Error);
   o.strategy = {"w4a8_g100", "w4a8_g100"};
   EXPECT_THROW(make_backend("cpu", m, o), Error);
