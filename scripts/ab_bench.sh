@@ -10,8 +10,8 @@
 #   e.g. git diff 134626a HEAD -- src > build/dev/ab.patch
 #        scripts/ab_bench.sh build/dev/ab.patch "$OUT" --reverse --formats w4a16_g128,w8a16 --m 1,16
 #   or:  scripts/ab_bench.sh --binaries BIN_A BIN_B OUT [bench gemm options...]
-#   NIBBLE_AB_PEERS=all times cuBLASLt int8 (+ rescale) and FP8 beside cuBLAS bf16.
 #     times two `nibble` binaries built elsewhere, without building.
+#   NIBBLE_AB_PEERS=all times cuBLASLt int8 (+ rescale) and FP8 beside cuBLAS bf16.
 # Both variants build with the sm90a preset (A in build/sm90a, B in build/ab-b/build/sm90a); the
 # two builds share the cores, and together take about as long as one (the longest translation
 # unit, about 210 s on the 16-core H100 hosts, bounds each).

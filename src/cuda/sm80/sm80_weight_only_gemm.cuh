@@ -273,8 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // This thread's weight copies of a stage: the chunks tid + j·kThreads of the tile's BN/8
   // blocks (each block's kBlockBytes are contiguous in the layout), so chunk j is block
-  // (tid + j·kThreads) / kChunksPerBlock at the same byte offset in it: consecutive passes are a
-  // fixed number of block rows apart.
+  // (tid + j·kThreads) / kWeightChunksPerBlock at the same byte offset in it: consecutive
+  // passes are a fixed number of block rows apart.
   constexpr int kWeightChunksPerBlock = Cfg::kBlockBytes / 16;
   constexpr int kWeightChunks = (BN / 8) * kWeightChunksPerBlock;
   static_assert(Cfg::kThreads % kWeightChunksPerBlock == 0 && kWeightChunks % Cfg::kThreads == 0,
@@ -323,7 +323,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       });
     }
     if (!(parts & kStageWeights)) return;
-    constexpr int kChunksPerBlock = kWeightChunksPerBlock;
     if (w_tile_inside) {
       // Every block row of the tile exists: this thread's chunks are w_thread + kb blocks,
       // then w_pass_stride apart. One 64-bit add a copy; the general form below spends about
@@ -342,8 +341,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
       return load_group_tables(w_sh, kb);
     }
-    for_each_thread_chunk<(BN / 8) * kChunksPerBlock, Cfg::kThreads>(tid, [&](int i) {
-      const int nb = i / kChunksPerBlock, part = i % kChunksPerBlock;
+    for_each_thread_chunk<kWeightChunks, Cfg::kThreads>(tid, [&](int i) {
+      const int nb = i / kWeightChunksPerBlock, part = i % kWeightChunksPerBlock;
       const int gnb = (n0 >> 3) + nb;
       const bool valid = gnb * 8 < p.n_pad;
       const uint8_t* src =
