@@ -11,7 +11,8 @@
 #        scripts/ab_bench.sh build/dev/ab.patch "$OUT" --reverse --formats w4a16_g128,w8a16 --m 1,16
 #   or:  scripts/ab_bench.sh --binaries BIN_A BIN_B OUT [bench gemm options...]
 #     times two `nibble` binaries built elsewhere, without building.
-#   NIBBLE_AB_PEERS=all times cuBLASLt int8 (+ rescale) and FP8 beside cuBLAS bf16.
+#   NIBBLE_AB_PEERS=all times cuBLASLt int8 (+ rescale) and FP8 beside cuBLAS bf16;
+#   NIBBLE_COMMIT names A's commit in the JSON (B's is that plus " (B)").
 # Both variants build with the sm90a preset (A in build/sm90a, B in build/ab-b/build/sm90a); the
 # two builds share the cores, and together take about as long as one (the longest translation
 # unit, about 210 s on the 16-core H100 hosts, bounds each).
@@ -56,7 +57,10 @@ fi
 for run in 1 2; do
   for v in a b; do
     bin=bin_$v
-    "${!bin}" bench gemm --peers "${NIBBLE_AB_PEERS:-bf16}" --json "$out/$v$run.json" "$@" \
+    commit=${NIBBLE_COMMIT:-unknown}
+    [ $v = b ] && commit+=" (B)"
+    "${!bin}" bench gemm --peers "${NIBBLE_AB_PEERS:-bf16}" --commit "$commit" \
+      --json "$out/$v$run.json" "$@" \
       > "$out/$v$run.log" 2>&1 || { tail -20 "$out/$v$run.log"; exit 1; }
   done
 done
