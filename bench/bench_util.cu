@@ -104,7 +104,38 @@ __global__ void copy_16b(const int4* __restrict__ src, int4* __restrict__ dst, s
     if (i < n) dst[i] = v[j];
   }
 }
+
+// The loads of copy_16b without its stores. The XOR of everything read is stored only if it
+// equals a value random data essentially never gives, so the loads are kept but nothing is
+// written.
+__global__ void read_16b(const int4* __restrict__ src, size_t n, int4* __restrict__ sink) {
+  constexpr int kPerThread = 4;
+  const size_t base = (size_t(blockIdx.x) * blockDim.x * kPerThread) + threadIdx.x;
+  int4 acc = make_int4(0, 0, 0, 0);
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const size_t i = base + size_t(j) * blockDim.x;
+    if (i < n) {
+      const int4 v = src[i];
+      acc.x ^= v.x;
+      acc.y ^= v.y;
+      acc.z ^= v.z;
+      acc.w ^= v.w;
+    }
+  }
+  if (acc.x == 0x5EED1234 && acc.y == 0x0BADF00D && acc.z == acc.w) *sink = acc;
+}
 }  // namespace
+
+void stream_read(const void* src, size_t bytes, cudaStream_t stream) {
+  static DeviceBuffer sink(16);
+  const size_t n = bytes / 16;
+  constexpr unsigned kThreads = 256;
+  const auto blocks = static_cast<unsigned>((n + kThreads * 4 - 1) / (kThreads * 4));
+  read_16b<<<blocks, kThreads, 0, stream>>>(static_cast<const int4*>(src), n,
+                                            static_cast<int4*>(sink.p));
+  BENCH_CUDA(cudaGetLastError());
+}
 
 CopyCeiling copy_ceiling(cudaStream_t stream) {
   const size_t bytes = size_t(1) << 30;

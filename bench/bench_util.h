@@ -55,6 +55,13 @@ struct CopyCeiling {
 };
 CopyCeiling copy_ceiling(cudaStream_t stream);
 
+/// Reads `bytes` (a multiple of 16) at `src` with a plain read-only kernel (16-byte loads, four
+/// per thread in flight, the copy kernel's loads without its stores): what a weight stream of
+/// exactly that size can reach, launch and memory latency included, for the decode cells where
+/// the 1 GiB ceiling above is not reachable (`nibble bench gemm`: read_int4_bytes /
+/// read_int8_bytes).
+void stream_read(const void* src, size_t bytes, cudaStream_t stream);
+
 /// How many copies of a `bytes` working set make at least 3× L2 (at least 2, at most `cap`).
 int copies_for(size_t bytes, int64_t l2_bytes, int cap = 64);
 

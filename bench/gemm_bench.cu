@@ -3,7 +3,10 @@
 // int8 weights) against cuBLAS bf16 (cublasGemmEx), cuBLASLt int8 (s8×s8→s32), cuBLASLt int8
 // followed by a separate rescale kernel to bf16 (what an unfused W8A8 costs: the int32 product
 // makes a round trip to memory) and, on sm_89+, cuBLASLt FP8 (e4m3×e4m3→bf16, with and without
-// fast accumulation) on Llama layer shapes, in one run.
+// fast accumulation) on Llama layer shapes, in one run. At M <= 16 it also times a plain
+// read-only kernel over exactly the int4 and the int8 weight bytes (read_int4_bytes,
+// read_int8_bytes): the rate a stream of that size reaches, against which the decode cells'
+// "% of the copy ceiling" of small layers can be judged.
 //
 // Method (docs/kernels.md): every timed op is captured `iters` times into a CUDA graph that
 // cycles through enough weight copies to exceed 3× L2, so weights stream from HBM as in real
@@ -342,6 +345,20 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         }
       }
       if (opt.peers == "none") continue;
+      // Decode rows: a plain read of exactly the int4 and the int8 weight bytes (N·K/2, N·K),
+      // rotated over the int8 peers' buffers (both halves of each for int4: the same >= 3× L2
+      // working set). At small sizes launch and memory latency keep any stream below the 1 GiB
+      // copy ceiling; these rows say how far (bench_util.h, stream_read).
+      if (m <= 16 && (n * k) % 32 == 0) {
+        add("read_int4_bytes", double(n) * k / 2, "read-only kernel over N*K/2 bytes", [&](int i) {
+          const auto& buf = w_s8[static_cast<size_t>(i / 2) % w_s8.size()];
+          stream_read(static_cast<const uint8_t*>(buf->p) + (i % 2) * (size_t(n) * k / 2),
+                      size_t(n) * k / 2, stream);
+        });
+        add("read_int8_bytes", double(n) * k, "read-only kernel over N*K bytes", [&](int i) {
+          stream_read(w_s8[static_cast<size_t>(i) % w_s8.size()]->p, size_t(n) * k, stream);
+        });
+      }
       // cuBLAS bf16: D (M, N) row-major = A (M, K) · W (N, K)ᵀ, i.e. column-major Dᵀ = W·Aᵀ.
       add("cublas_bf16", double(n) * k * 2, "cublasGemmEx bf16, f32 accumulate", [&](int i) {
         const float alpha = 1.0f, beta = 0.0f;
