@@ -11,7 +11,9 @@ def main():
         sys.exit(__doc__)
     data = json.load(open(sys.argv[1]))
     recs = [r for r in data["records"] if "us" in r]
-    ours = sorted({r["op"] for r in recs if not r["op"].startswith("cublas")})
+    # Peers (cublas*) and the read-only reference rows (read_*: a plain read of the same int4 or
+    # int8 weight bytes, decode rows only) are not nibble formats.
+    ours = sorted({r["op"] for r in recs if not r["op"].startswith(("cublas", "read_"))})
     peers = ["cublas_bf16", "cublaslt_s8"]
     cells = {}
     for r in recs:
@@ -21,7 +23,7 @@ def main():
     print(f"{data['device']}, {data['date']}, commit {data['commit']}; copy ceiling "
           f"{data['copy_GBps']:.0f} GB/s; {data['method']}\n")
     head = ["N×K", "M"] + [f"{o} µs" for o in ours] + [f"{p} µs" for p in peers] + \
-           ["best / bf16", "best / s8", "best wGB/s (% copy)"]
+           ["best / bf16", "best / s8", "best wGB/s (% copy)", "int4 read wGB/s (% copy)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for n, k in shapes:
@@ -39,8 +41,9 @@ def main():
             for p in peers:
                 r = cells.get((n, k, m, p))
                 row.append(f"{r['us'] / best['us']:.2f}×" if (r and best) else "—")
-            row.append(f"{best['wGBps']:.0f} ({100 * best['wGBps'] / data['copy_GBps']:.0f}%)"
-                       if best else "—")
+            for r in (best, cells.get((n, k, m, "read_int4_bytes"))):
+                row.append(f"{r['wGBps']:.0f} ({100 * r['wGBps'] / data['copy_GBps']:.0f}%)"
+                           if r else "—")
             print("| " + " | ".join(row) + " |")
 
 
