@@ -47,8 +47,8 @@
 //                this tile's 128-register cap, so it ran six instructions a pair (docs/kernels.md).
 //
 // Limitations
-//   1. mma.sync: at large M on Hopper this reaches roughly 60% of the dense bf16 peak; a wgmma
-//      variant is the prefill path there (not yet written).
+//   1. mma.sync: at large M on Hopper this reaches roughly 60% of the dense bf16 peak; there
+//      sm90_weight_only_gemm (wgmma) takes M >= 33.
 //   2. K must be a multiple of 8, rows 16-byte aligned; N and K are padded in the weight layout,
 //      M is guarded (zero-filled rows, masked stores).
 //   3. Split-K partials go through a workspace of splits·M·N·4 bytes plus one counter per tile.
