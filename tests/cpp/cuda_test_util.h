@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "nibble/nibble.h"
 #include "test_util.h"
@@ -78,6 +80,47 @@ inline double rel_error(const Tensor& got, const Tensor& ref) {
     den += y * y;
   }
   return std::sqrt(num / std::max(den, 1e-30));
+}
+
+/// The int8-activation linears (W4A8 on packed weights, W8A8 on logical ones) against the CPU
+/// reference on odd shapes: K = 352 ends inside a K block (the zero-filled tail), N = 20 (bf16
+/// rows of 40 bytes) takes the unaligned stores, 1000 × 1536 spans several channel tiles; every
+/// M of `ms`, through each of `kernels` forced with the environment variable `kernel_env`, into
+/// poisoned outputs. `to_device(qw)` gives the weight operand the GPU linear takes.
+template <class ToDevice>
+void expect_int8_linear_matches_reference(const LinearFormat& f, DType out,
+                                          const std::vector<int64_t>& ms,
+                                          const std::vector<std::string>& kernels,
+                                          const char* kernel_env, ToDevice&& to_device) {
+  test::Rng rng;  // fresh seed, printed on failure
+  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
+  for (auto [n, k] : nk) {
+    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+    const auto wd = to_device(qw);
+    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+    const Tensor bias_d = bias.to(Device::cuda());
+    const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+    for (int64_t m : ms) {
+      QuantizedActivation qa(f.act, m, k);
+      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
+      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
+      else quantize_activation(x.view(), qa.view());
+      Tensor ref = Tensor::empty(out, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      for (const std::string& kernel : kernels) {
+        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        const ScopedEnv force(kernel_env, kernel);
+        Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);  // NaN in every float dtype: every element must be written
+        linear(qad.view(), wd.view(), &bias_dv, got.view());
+        synchronize(Device::cuda());
+        ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
+      }
+    }
+  }
 }
 
 #if NIBBLE_WITH_CUDA

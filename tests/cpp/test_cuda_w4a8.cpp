@@ -113,39 +113,10 @@ class CudaW4A8Linear : public ::testing::TestWithParam<LinearCase> {};
 
 TEST_P(CudaW4A8Linear, MatchesReferenceOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
-  const LinearFormat f = parse_linear_format(GetParam().format);
-  const DType out = GetParam().out;
-  test::Rng rng;  // fresh seed, printed on failure
-  // K = 352 is not a multiple of the layout's 128: exercises the zero-filled K tail.
-  // N = 20 (bf16 rows of 40 bytes) takes the unaligned store paths.
-  const std::pair<int64_t, int64_t> nk[] = {{136, 512}, {1000, 1536}, {72, 352}, {20, 256}};
-  for (auto [n, k] : nk) {
-    if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
-    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
-    const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
-    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
-    const Tensor bias_d = bias.to(Device::cuda());
-    const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
-    for (int64_t m : kOddM) {
-      QuantizedActivation qa(f.act, m, k);
-      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
-      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
-      else quantize_activation(x.view(), qa.view());
-      Tensor ref = Tensor::empty(out, {m, n});
-      linear(qa.view(), qw.view(), &bias_v, ref.view());
-      const QuantizedActivation qad = qa.to(Device::cuda());
-      for (const std::string& kernel : w4a8_kernels()) {
-        SCOPED_TRACE(kernel + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
-                     " K=" + std::to_string(k));
-        const ScopedEnv force("NIBBLE_W4A8_KERNEL", kernel);
-        Tensor got = Tensor::empty(out, {m, n}, Device::cuda());
-        got.fill_bytes(0xFF);  // NaN in every float dtype
-        linear(qad.view(), wd.view(), &bias_dv, got.view());
-        synchronize(Device::cuda());
-        ASSERT_LE(rel_error(got, ref), out == DType::f32 ? kRelTolF32Out : kRelTolHalfOut);
-      }
-    }
-  }
+  expect_int8_linear_matches_reference(
+      parse_linear_format(GetParam().format), GetParam().out, kOddM, w4a8_kernels(),
+      "NIBBLE_W4A8_KERNEL",
+      [](const QuantizedWeight& qw) { return pack_weight(qw.view(), Device::cuda()); });
 }
 
 INSTANTIATE_TEST_SUITE_P(
