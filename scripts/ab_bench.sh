@@ -12,7 +12,11 @@
 #   or:  scripts/ab_bench.sh --binaries BIN_A BIN_B OUT [bench gemm options...]
 #     times two `nibble` binaries built elsewhere, without building.
 #   NIBBLE_AB_PEERS=all times cuBLASLt int8 (+ rescale) and FP8 beside cuBLAS bf16;
-#   NIBBLE_COMMIT names A's commit in the JSON (B's is that plus " (B)").
+#   NIBBLE_COMMIT names A's commit in the JSON (B's is that plus " (B)");
+#   NIBBLE_AB_TESTS=FILTER (patch mode) then builds B's test binary in its tree (the library is
+#   built already: about a minute) and runs that gtest filter, and NIBBLE_AB_MEMCHECK=FILTER
+#   runs compute-sanitizer memcheck on it: a patch's tests in the same call as its timing. The
+#   summaries go to the end of ab.txt (the device tool returns at most 8 files).
 # Both variants build with the sm90a preset (A in build/sm90a, B in build/ab-b/build/sm90a); the
 # two builds share the cores, and together take about as long as one (the longest translation
 # unit, about 210 s on the 16-core H100 hosts, bounds each).
@@ -42,6 +46,7 @@ build_variants() {  # $1 patch, $2 out, $3.. patch flags that make B
 }
 
 if [ "${1:-}" = --binaries ]; then
+  bin_a_given=1
   bin_a=$2 bin_b=$3 out=$4
   shift 4
   mkdir -p "$out"
@@ -70,7 +75,7 @@ out = sys.argv[1]
 rows = collections.defaultdict(dict)
 for v in "ab":
     for run in (1, 2):
-        for r in json.load(open(f"{out}/{v}{run}.json"))["records"]:
+        for r in (r for r in json.load(open(f"{out}/{v}{run}.json"))["records"] if "us" in r):
             rows[(r["op"], r["N"], r["K"], r["M"])].setdefault(v, []).append(r["us"])
 print(f"{'op':28} {'N x K':>12} {'M':>5} {'A us':>15} {'B us':>15} {'B/A':>6}")
 for (op, n, k, m), t in sorted(rows.items()):
@@ -80,3 +85,22 @@ for (op, n, k, m), t in sorted(rows.items()):
     print(f"{op:28} {f'{n}x{k}':>12} {m:>5} {fmt(a):>15} {fmt(b):>15} {ratio:>6}")
 PY
 cat "$out/ab.txt"
+
+if [ -n "${NIBBLE_AB_TESTS:-}" ] && [ -z "${bin_a_given:-}" ]; then
+  ( cd build/ab-b && cmake --build --preset sm90a -j "$(nproc)" --target nibble_tests ) \
+    >> "$out/build.log" 2>&1 ||
+    { echo "B's test binary did not build" | tee -a "$out/ab.txt"; tail -30 "$out/build.log"; exit 1; }
+  tests_b=build/ab-b/build/sm90a/tests/cpp/nibble_tests
+  "$tests_b" --gtest_filter="$NIBBLE_AB_TESTS" > "$out/b_tests.log" 2>&1
+  rc=$?
+  { echo; echo "B's tests ($NIBBLE_AB_TESTS): rc=$rc"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran|Failure|error" "$out/b_tests.log" | head -30
+  } | tee -a "$out/ab.txt"
+  if [ -n "${NIBBLE_AB_MEMCHECK:-}" ]; then
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 10 "$tests_b" \
+      --gtest_filter="$NIBBLE_AB_MEMCHECK" > "$out/b_memcheck.log" 2>&1
+    rc=$?
+    { echo "B's memcheck ($NIBBLE_AB_MEMCHECK): rc=$rc"; tail -4 "$out/b_memcheck.log"; } |
+      tee -a "$out/ab.txt"
+  fi
+fi
