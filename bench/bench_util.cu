@@ -87,41 +87,49 @@ double time_graph(cudaStream_t stream, int iters, int reps, const std::function<
 }
 
 namespace {
-// 16-byte copies, four per thread in flight (a plain kernel copy; what the ceiling is measured
-// with, not a tuned one).
-__global__ void copy_16b(const int4* __restrict__ src, int4* __restrict__ dst, size_t n) {
-  constexpr int kPerThread = 4;
-  const size_t base = (size_t(blockIdx.x) * blockDim.x * kPerThread) + threadIdx.x;
-  int4 v[kPerThread];
+// The plain streaming kernels below (what the ceilings are measured with, not tuned ones): each
+// thread has four 16-byte accesses in flight, blocks of 256 threads.
+constexpr int kStreamPerThread = 4;
+constexpr unsigned kStreamThreads = 256;
+unsigned stream_blocks(size_t n) {
+  return static_cast<unsigned>((n + kStreamThreads * kStreamPerThread - 1) /
+                               (kStreamThreads * kStreamPerThread));
+}
+// This thread's chunks of src (n of 16 bytes): chunk j is at stream_index(j) when that is < n.
+__device__ __forceinline__ size_t stream_index(int j) {
+  return size_t(blockIdx.x) * blockDim.x * kStreamPerThread + threadIdx.x + size_t(j) * blockDim.x;
+}
+__device__ __forceinline__ void load_stream_chunks(const int4* __restrict__ src, size_t n,
+                                                   int4 (&v)[kStreamPerThread]) {
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const size_t i = base + size_t(j) * blockDim.x;
-    if (i < n) v[j] = src[i];
+  for (int j = 0; j < kStreamPerThread; ++j) {
+    const size_t i = stream_index(j);
+    v[j] = i < n ? src[i] : make_int4(0, 0, 0, 0);
   }
+}
+
+__global__ void copy_16b(const int4* __restrict__ src, int4* __restrict__ dst, size_t n) {
+  int4 v[kStreamPerThread];
+  load_stream_chunks(src, n, v);
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const size_t i = base + size_t(j) * blockDim.x;
+  for (int j = 0; j < kStreamPerThread; ++j) {
+    const size_t i = stream_index(j);
     if (i < n) dst[i] = v[j];
   }
 }
 
-// The loads of copy_16b without its stores. The XOR of everything read is stored only if it
-// equals a value random data essentially never gives, so the loads are kept but nothing is
-// written.
+// copy_16b's loads without its stores. The XOR of everything read is stored only if it equals a
+// value random data essentially never gives, so the loads are kept but nothing is written.
 __global__ void read_16b(const int4* __restrict__ src, size_t n, int4* __restrict__ sink) {
-  constexpr int kPerThread = 4;
-  const size_t base = (size_t(blockIdx.x) * blockDim.x * kPerThread) + threadIdx.x;
+  int4 v[kStreamPerThread];
+  load_stream_chunks(src, n, v);
   int4 acc = make_int4(0, 0, 0, 0);
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const size_t i = base + size_t(j) * blockDim.x;
-    if (i < n) {
-      const int4 v = src[i];
-      acc.x ^= v.x;
-      acc.y ^= v.y;
-      acc.z ^= v.z;
-      acc.w ^= v.w;
-    }
+  for (int j = 0; j < kStreamPerThread; ++j) {
+    acc.x ^= v[j].x;
+    acc.y ^= v[j].y;
+    acc.z ^= v[j].z;
+    acc.w ^= v[j].w;
   }
   if (acc.x == 0x5EED1234 && acc.y == 0x0BADF00D && acc.z == acc.w) *sink = acc;
 }
@@ -130,10 +138,8 @@ __global__ void read_16b(const int4* __restrict__ src, size_t n, int4* __restric
 void stream_read(const void* src, size_t bytes, cudaStream_t stream) {
   static DeviceBuffer sink(16);
   const size_t n = bytes / 16;
-  constexpr unsigned kThreads = 256;
-  const auto blocks = static_cast<unsigned>((n + kThreads * 4 - 1) / (kThreads * 4));
-  read_16b<<<blocks, kThreads, 0, stream>>>(static_cast<const int4*>(src), n,
-                                            static_cast<int4*>(sink.p));
+  read_16b<<<stream_blocks(n), kStreamThreads, 0, stream>>>(static_cast<const int4*>(src), n,
+                                                             static_cast<int4*>(sink.p));
   BENCH_CUDA(cudaGetLastError());
 }
 
@@ -146,11 +152,9 @@ CopyCeiling copy_ceiling(cudaStream_t stream) {
     BENCH_CUDA(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream));
   });
   const size_t n = bytes / 16;
-  constexpr unsigned kThreads = 256;
-  const auto blocks = static_cast<unsigned>((n + kThreads * 4 - 1) / (kThreads * 4));
   const double kernel_us = time_graph(stream, 5, 5, [&](int) {
-    copy_16b<<<blocks, kThreads, 0, stream>>>(static_cast<const int4*>(src.p),
-                                             static_cast<int4*>(dst.p), n);
+    copy_16b<<<stream_blocks(n), kStreamThreads, 0, stream>>>(static_cast<const int4*>(src.p),
+                                                             static_cast<int4*>(dst.p), n);
     BENCH_CUDA(cudaGetLastError());
   });
   c.memcpy_gbps = 2.0 * bytes / (memcpy_us * 1e3);
