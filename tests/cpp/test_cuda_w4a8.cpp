@@ -232,12 +232,13 @@ TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
 }
 #endif
 
-// Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles and
-// stores each through a 32-token slab while its producer loads the next tile's stages. The
-// result must be the bytes one CTA per tile gives (NIBBLE_SM90_PERSISTENT=0) and match the
-// reference. Shapes (M, N, K): the last token tile partly past M (1000 in 256-token tiles, 300
-// in 128-token ones, its last slab partly filled), or one slab of a 64-token tile (M = 20); the
-// last channel tile partly past N; a K tail (352).
+// Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles while
+// its producer loads the next tile's stages, and stores each by TMA (16-bit outputs,
+// store_tile_by_tma) or through a 32-token slab (NIBBLE_SM90_TMA_STORE=0, and f32 / s32
+// outputs). Both must give the bytes one CTA per tile gives (NIBBLE_SM90_PERSISTENT=0) and match
+// the reference, in bf16 and f16. Shapes (M, N, K): the last token tile partly past M (1000 in
+// 256-token tiles, 300 in 128-token ones, its last slab partly filled), or one slab of a
+// 64-token tile (M = 20); the last channel tile partly past N; a K tail (352).
 TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
   NIBBLE_REQUIRE_GPU();
   if (w4a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w4a8_gemm (H100, sm_90a build)";
@@ -246,10 +247,13 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
   const int64_t shapes[][3] = {{1000, 9000, 256}, {20, 34000, 128}, {300, 17000, 352}};
   for (const auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2];
-    for (const char* format : {"w4a8_pc", "w4a8_g128_2level", "w4a8_pc_static"}) {
-      const LinearFormat f = parse_linear_format(format);
+    for (const char* format : {"w4a8_pc", "w4a8_g128_2level", "w4a8_pc_static", "w4a8_pc f16"}) {
+      const std::string name = format;
+      const bool f16_out = name.ends_with(" f16");
+      const DType out_dtype = f16_out ? DType::f16 : DType::bf16;
+      const LinearFormat f = parse_linear_format(name.substr(0, name.find(' ')));
       if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
-      SCOPED_TRACE(std::string(format) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+      SCOPED_TRACE(name + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                    " K=" + std::to_string(k));
       const std::string why = explain(f, m, n, k, Device::cuda());
       ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
@@ -262,19 +266,22 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
       const Tensor x = test::random_activations(DType::bf16, m, k, rng);
       if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
       else quantize_activation(x.view(), qa.view());
-      Tensor ref = Tensor::empty(DType::bf16, {m, n});
+      Tensor ref = Tensor::empty(out_dtype, {m, n});
       linear(qa.view(), qw.view(), &bias_v, ref.view());
       const QuantizedActivation qad = qa.to(Device::cuda());
-      Tensor got[2];
-      for (int one_tile_per_cta = 0; one_tile_per_cta < 2; ++one_tile_per_cta) {
-        const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", one_tile_per_cta ? "0" : "1");
-        got[one_tile_per_cta] = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-        got[one_tile_per_cta].fill_bytes(0xFF);  // NaN: every element must be written
-        linear(qad.view(), wd.view(), &bias_dv, got[one_tile_per_cta].view());
+      // got[0]: persistent, TMA stores; got[1]: persistent, slab; got[2]: one tile per CTA.
+      Tensor got[3];
+      for (int run = 0; run < 3; ++run) {
+        const ScopedEnv persistent("NIBBLE_SM90_PERSISTENT", run == 2 ? "0" : "1");
+        const ScopedEnv tma_store("NIBBLE_SM90_TMA_STORE", run == 1 ? "0" : "1");
+        got[run] = Tensor::empty(out_dtype, {m, n}, Device::cuda());
+        got[run].fill_bytes(0xFF);  // NaN: every element must be written
+        linear(qad.view(), wd.view(), &bias_dv, got[run].view());
       }
       synchronize(Device::cuda());
       EXPECT_LE(rel_error(got[0], ref), kRelTolHalfOut);
       EXPECT_TRUE(same_bytes(got[0], got[1]));
+      EXPECT_TRUE(same_bytes(got[0], got[2]));
     }
     // The raw sums, bit for bit.
     const Tensor a = test::random_int(DType::s8, m, k, rng);

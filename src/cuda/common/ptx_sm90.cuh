@@ -101,6 +101,48 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
 }
 
+// ---- TMA: bulk tensor copies shared → global (stores), tracked by bulk groups ----------------
+
+/// Copies the box at `src` (laid out as the tensor map's box, with its swizzle) to coordinates
+/// (c0, c1) of the tensor; elements outside the tensor are not written. The writer threads must
+/// have run fence_proxy_async_shared() after their st.shared / stmatrix, then synchronised.
+__device__ __forceinline__ void tma_store_2d(const void* tensor_map, const void* src, int c0,
+                                             int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+          tensor_map),
+      "r"(smem_addr(src)), "r"(c0), "r"(c1)
+      : "memory");
+}
+/// Closes this thread's bulk group: the stores issued since the last commit.
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/// Waits until at most `kPending` of this thread's committed bulk groups have yet to finish
+/// reading their shared-memory source (the buffer may then be written again).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+/// Waits until at most `kPending` of this thread's committed bulk groups are incomplete (their
+/// writes to global memory done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+/// stmatrix .x4 .trans: four 8×8 matrices of 16-bit values, each held as mma fragments (lane
+/// g·4 + c holds row g, columns 2c and 2c+1 of matrix k in r[k], the first in the low half), are
+/// stored transposed: row j of the stored matrix k (16 bytes) is column j of the fragment
+/// matrix, at the address lane 8k + j gives.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1,
+                                                  uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                   addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // ---- warpgroup MMA (sm_90a) ---------------------------------------------------------------------
 
 /// Shared-memory matrix descriptor for a K-major operand stored with the 128-byte swizzle, as

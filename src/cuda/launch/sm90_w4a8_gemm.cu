@@ -32,28 +32,43 @@ namespace {
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
 // F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
-// P: persistent CTAs (the same stages; the output slab fits beside them), for the formats
-// sm90_persistent_instance names.
+// P: persistent CTAs, for the formats sm90_persistent_instance names: as many stages as fit
+// beside the epilogue's buffer (W4A8WgmmaConfig::kPersistentStagesMax; 4 at BM = 256 with
+// 40 KB stages, the same as one tile per CTA elsewhere).
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false, bool P = false>
 struct Instance {
-  static constexpr int kStageBytes = sm90::W4A8WgmmaConfig<BM, 1, E, W, F8>::kStageBytes;
-  static constexpr int kStages = std::min(8, 204800 / kStageBytes);
+  using Probe = sm90::W4A8WgmmaConfig<BM, 1, E, W, F8, P>;
+  static constexpr int kStages =
+      P ? Probe::kPersistentStagesMax : std::min(8, 204800 / Probe::kStageBytes);
   using Cfg = sm90::W4A8WgmmaConfig<BM, kStages, E, W, F8, P>;
 };
+
+const char* kernel_name(int weight_bits, bool a_e4m3) {
+  return weight_bits == 8 ? "sm90_w8a8_gemm" : a_e4m3 ? "sm90_w4afp8_gemm" : "sm90_w4a8_gemm";
+}
 
 template <class Cfg>
 void launch_config(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                    const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   constexpr auto kernel = sm90::sm90_w4a8_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
+  // The output for store_tile_by_tma: (N, M) 16-bit values, boxes of one consumer warpgroup's
+  // 64 channels × a token range, swizzled like the buffer the consumers fill.
+  CUtensorMap d;
+  std::memset(&d, 0, sizeof(d));
+  if (Cfg::kPersistent && p.tma_store)
+    d = make_tensor_map<2>(kernel_name(Cfg::WBITS, Cfg::kFp8), CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                           p.d, {cuuint64_t(p.n), cuuint64_t(p.m)}, {cuuint64_t(p.ldd) * 2},
+                           {64u, cuuint32_t(Cfg::BM / Cfg::kStoreRounds)},
+                           CU_TENSOR_MAP_SWIZZLE_128B, "the output");
   if (p.cluster_split || p.multicast_a) {
     // Split tiles: clusters of (1, 1, splits). Multicast: CTA pairs (2, 1, 1).
     const dim3 cluster = p.multicast_a ? dim3(2, 1, 1) : dim3(1, 1, grid.z);
     launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
-                       cluster, a, w, g, p);
+                       cluster, a, w, g, d, p);
     return;
   }
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, p);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a, w, g, d, p);
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
@@ -110,21 +125,32 @@ void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, con
                        "sm90_w4afp8_gemm: no instance for a " + std::to_string(bm) + "-token tile");
 }
 
+template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
+int instance_stages(bool persistent) {
+  if constexpr (sm90_persistent_instance(E, F8))
+    if (persistent) return Instance<BM, E, W, F8, true>::kStages;
+  return Instance<BM, E, W, F8>::kStages;
+}
+
 template <int BM>
-int stages_of(W4A8Epilogue e, int weight_bits, bool a_e4m3) {
-  if (weight_bits == 8) return Instance<BM, W4A8Epilogue::per_channel, 8>::kStages;
+int stages_of(W4A8Epilogue e, int weight_bits, bool a_e4m3, bool persistent) {
+  if (weight_bits == 8) {
+    if (e == W4A8Epilogue::s32) return instance_stages<BM, W4A8Epilogue::s32, 8>(persistent);
+    return instance_stages<BM, W4A8Epilogue::per_channel, 8>(persistent);
+  }
   if (a_e4m3) {
-    if (e == W4A8Epilogue::per_channel) return Instance<BM, W4A8Epilogue::per_channel, 4, true>::kStages;
-    if constexpr (BM <= 128) return Instance<BM, W4A8Epilogue::group, 4, true>::kStages;
+    if (e == W4A8Epilogue::per_channel)
+      return instance_stages<BM, W4A8Epilogue::per_channel, 4, true>(persistent);
+    if constexpr (BM <= 128) return instance_stages<BM, W4A8Epilogue::group, 4, true>(persistent);
     return 0;
   }
   switch (e) {
-    case W4A8Epilogue::s32: return Instance<BM, W4A8Epilogue::s32>::kStages;
-    case W4A8Epilogue::per_channel: return Instance<BM, W4A8Epilogue::per_channel>::kStages;
+    case W4A8Epilogue::s32: return instance_stages<BM, W4A8Epilogue::s32>(persistent);
+    case W4A8Epilogue::per_channel: return instance_stages<BM, W4A8Epilogue::per_channel>(persistent);
     case W4A8Epilogue::group:
-      if constexpr (BM <= 128) return Instance<BM, W4A8Epilogue::group>::kStages;
+      if constexpr (BM <= 128) return instance_stages<BM, W4A8Epilogue::group>(persistent);
       return 0;
-    case W4A8Epilogue::two_level: return Instance<BM, W4A8Epilogue::two_level>::kStages;
+    case W4A8Epilogue::two_level: return instance_stages<BM, W4A8Epilogue::two_level>(persistent);
   }
   return 0;
 }
@@ -175,8 +201,10 @@ bool env_is(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 // Measurement knobs, read per call so that tests can compare the variants on one shape:
-// NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA.
+// NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA,
+// NIBBLE_SM90_TMA_STORE=0 for persistent CTAs' slab epilogue on every output.
 bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
+bool sm90_tma_store_allowed() { return !env_is("NIBBLE_SM90_TMA_STORE", "0"); }
 }  // namespace
 
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
@@ -248,17 +276,11 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
                                  : sm_count;
-  best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3)
-                : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3)
-                                 : stages_of<64>(epilogue, weight_bits, a_e4m3);
+  best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3, best.persistent)
+                : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3, best.persistent)
+                                 : stages_of<64>(epilogue, weight_bits, a_e4m3, best.persistent);
   return best;
 }
-
-namespace {
-const char* kernel_name(int weight_bits, bool a_e4m3) {
-  return weight_bits == 8 ? "sm90_w8a8_gemm" : a_e4m3 ? "sm90_w4afp8_gemm" : "sm90_w4a8_gemm";
-}
-}  // namespace
 
 std::string describe(const W4A8WgmmaPlan& plan) {
   return std::string(kernel_name(plan.weight_bits, plan.a_e4m3)) +
@@ -332,6 +354,12 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
+  // Persistent tiles leave by TMA stores when TMA can address the output: 16-bit values, a
+  // 16-byte aligned base and row pitch (otherwise through the slab).
+  p.tma_store = plan.persistent && l.epilogue != W4A8Epilogue::s32 &&
+                (l.d_dtype == DType::bf16 || l.d_dtype == DType::f16) &&
+                reinterpret_cast<uintptr_t>(l.d) % 16 == 0 && (l.ldd * 2) % 16 == 0 &&
+                sm90_tma_store_allowed();
   if (plan.splits > 1 && !plan.cluster_split) {
     const SplitKWorkspace ws = split_k_workspace(
         l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);

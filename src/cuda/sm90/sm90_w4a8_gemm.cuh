@@ -145,6 +145,9 @@ struct W4A8WgmmaParams {
   // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
   bool persistent = false;
   int tiles_m = 0, tiles_n = 0;
+  // Persistent CTAs with a 16-bit output TMA can address (tmap_d): the tile leaves by TMA
+  // stores (store_tile_by_tma) instead of through the slab.
+  bool tma_store = false;
 };
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false,
@@ -190,11 +193,28 @@ struct W4A8WgmmaConfig {
   /// Persistent CTAs (unsplit grids of more tiles than SMs): each CTA walks tiles
   /// blockIdx.x, blockIdx.x + gridDim.x, ... and the producer keeps loading the next tile's
   /// stages while the consumers store the last one, so the epilogue cannot reuse the ring: the
-  /// tile leaves through a buffer of kSlabTokens token rows after it.
+  /// tile leaves through a buffer after it — by TMA stores of 16-bit values (kStoreRounds token
+  /// ranges of the tile, each 64 · 2 bytes a token row per consumer warpgroup), or through a slab
+  /// of kSlabTokens rows of raw 4-byte values (f32 and s32 outputs, or outputs TMA cannot
+  /// address). The TMA buffer holds the whole tile where that leaves room for 4 stages.
   static constexpr bool kPersistent = PERSISTENT_;
   static constexpr int kSlabTokens = 32;
   static constexpr int kSlabBytes = kSlabTokens * kOutPitch * 4;
-  static constexpr int kBarrierOffset = kPersistent             ? kRingBytes + kSlabBytes
+  static constexpr int kSmemLimit = 227 * 1024;
+  static constexpr int kSmemReserve = 1024 + 2 * 8 * 8 + 1024;  // alignment, barriers, static
+  static constexpr int kTileBytes16 = BM * BN * 2;
+  static constexpr int kStoreRounds =
+      4 * kStageBytes + kTileBytes16 + kSmemReserve <= kSmemLimit       ? 1
+      : 4 * kStageBytes + kTileBytes16 / 2 + kSmemReserve <= kSmemLimit ? 2
+                                                                         : 4;
+  static constexpr int kEpiBytes =
+      kTileBytes16 / kStoreRounds > kSlabBytes ? kTileBytes16 / kStoreRounds : kSlabBytes;
+  /// The most stages a persistent instance can have beside its epilogue buffer (at most 8).
+  static constexpr int kPersistentStagesMax =
+      (kSmemLimit - kSmemReserve - kEpiBytes) / kStageBytes < 8
+          ? (kSmemLimit - kSmemReserve - kEpiBytes) / kStageBytes
+          : 8;
+  static constexpr int kBarrierOffset = kPersistent             ? kRingBytes + kEpiBytes
                                         : kRingBytes > kOutBytes ? kRingBytes
                                                                  : kOutBytes;
   static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
@@ -208,6 +228,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_w4a8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                           const __grid_constant__ CUtensorMap tmap_w,
                           const __grid_constant__ CUtensorMap tmap_g,
+                          const __grid_constant__ CUtensorMap tmap_d,
                           const __grid_constant__ W4A8WgmmaParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::BM, BN = Cfg::BN, STAGES = Cfg::STAGES, kAcc = Cfg::kAcc;
@@ -443,7 +464,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // not move above the previous row's store (d and a_scales may alias), so every row a warp
     // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
     // (H100, 2026-11-24).
-    __shared__ float tile_a_scales[BM];
+    __shared__ __align__(8) float tile_a_scales[BM];
     // The tile goes to shared memory raw (int32 bits, or the group format's f32 sums),
     // transposed to token rows; the scales are applied on the way out, after any split-K
     // reduction, so a split result equals the unsplit one exactly.
@@ -468,21 +489,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       write_transposed_tile<kAcc, Cfg::kOutPitch>(smem, raw, ch_local, c);
     }
 
+    // A channel's weight scale and bias (1 and 0 where there are none, or past N).
+    auto channel_scale = [&](int ch) {
+      if (ch >= p.n) return 1.0f;
+      if constexpr (Cfg::kW8 && EPI == W4A8Epilogue::per_channel)
+        return load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, ch, 0);
+      else if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
+        return p.w_scales[ch];
+      return 1.0f;
+    };
+    auto channel_bias = [&](int ch) {
+      if constexpr (EPI != W4A8Epilogue::s32)
+        if (ch < p.n && p.bias != nullptr) return load_float(Operand{p.bias, p.bias_dtype, 1}, ch, 0);
+      return 0.0f;
+    };
+    // One output value from its raw accumulator: s_a · (s_w · acc) + bias, as sm80_w4a8_gemm
+    // computes it (the group format's raw value has its scales folded in already).
+    auto out_value = [](uint32_t raw, float s_w, float s_a, float bias) {
+      float t;
+      if constexpr (Cfg::kGroupScales) t = __uint_as_float(raw);
+      else if constexpr (Cfg::kFp8) t = s_w * __uint_as_float(raw);
+      else t = s_w * float(int32_t(raw));
+      return s_a * t + bias;
+    };
+
+    if constexpr (kPersistent && EPI != W4A8Epilogue::s32) {
+      if (p.tma_store) {
+        // This thread's two channels (store_tile_by_tma: accumulator i holds channel ch_local,
+        // + 8 when i & 2, and token 8·(i/4) + 2c + (i & 1)).
+        const float sw2[2] = {channel_scale(n0 + ch_local), channel_scale(n0 + ch_local + 8)};
+        const float bias2[2] = {channel_bias(n0 + ch_local), channel_bias(n0 + ch_local + 8)};
+        auto values_of = [&](int tb, float (&v)[4]) {
+          const float2 s_a = *reinterpret_cast<const float2*>(&tile_a_scales[8 * tb + 2 * c]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            v[e] = out_value(raw_of(4 * tb + e), sw2[e >> 1], (e & 1) ? s_a.y : s_a.x, bias2[e >> 1]);
+        };
+        auto at_start = [&] {
+          if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
+        };
+        uint8_t* buf = smem + Cfg::kRingBytes;
+        if (p.d_dtype == DType::f16)
+          store_tile_by_tma<__half, BM, Cfg::kStoreRounds>(buf, &tmap_d, cw, warp, lane, m0, n0,
+                                                           p.m, at_start, values_of);
+        else
+          store_tile_by_tma<__nv_bfloat16, BM, Cfg::kStoreRounds>(
+              buf, &tmap_d, cw, warp, lane, m0, n0, p.m, at_start, values_of);
+        continue;  // the next tile
+      }
+    }
+
     // Each consumer warp takes whole token rows: lane l owns channels 4l..4l+3 of the tile.
     const int col = n0 + 4 * lane;
     const int esize = p.d_dtype == DType::f32 || p.d_dtype == DType::s32 ? 4 : 2;
     const bool vec_ok = col + 3 < p.n && (p.ldd * esize) % 16 == 0 &&
                         (reinterpret_cast<uintptr_t>(p.d) % 16) == 0;
-    float sw4[4] = {1.0f, 1.0f, 1.0f, 1.0f}, bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float sw4[4], bias4[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      if (col + e >= p.n) break;
-      if constexpr (Cfg::kW8 && EPI == W4A8Epilogue::per_channel)
-        sw4[e] = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col + e, 0);
-      else if constexpr (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::two_level)
-        sw4[e] = p.w_scales[col + e];
-      if constexpr (EPI != W4A8Epilogue::s32)
-        if (p.bias != nullptr) bias4[e] = load_float(Operand{p.bias, p.bias_dtype, 1}, col + e, 0);
+      sw4[e] = channel_scale(col + e);
+      bias4[e] = channel_bias(col + e);
     }
 
     // Rescale, add the bias, convert and store one token row's four channels.
@@ -501,14 +567,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const float s_a = tile_a_scales[row - m0];  // visible: write_transposed_tile's barrier
         float v[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          // s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it.
-          float t;
-          if constexpr (Cfg::kGroupScales) t = __uint_as_float(raw[e]);
-          else if constexpr (Cfg::kFp8) t = sw4[e] * __uint_as_float(raw[e]);
-          else t = sw4[e] * float(int32_t(raw[e]));
-          v[e] = s_a * t + bias4[e];
-        }
+        for (int e = 0; e < 4; ++e) v[e] = out_value(raw[e], sw4[e], s_a, bias4[e]);
         store_float4(p.d, p.d_dtype, i0, v, vec_ok, p.n - col);
       }
     };
@@ -527,6 +586,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           p.cluster_split, store_row);
     }
   }  // tile_seq
+  // store_tile_by_tma: the last stores are done before the CTA's shared memory goes.
+  if (kPersistent && p.tma_store && tid % 128 == 0) ptx::bulk_wait_group<0>();
   if (multicast) ptx::cluster_wait();
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.

@@ -21,16 +21,20 @@
 // reused for the tile, which is safe once every consumer has passed its last `full` wait.
 // Persistent CTAs, whose producer is already filling the ring with the next tile, use
 // store_tile_by_slabs instead: the unsplit tile leaves a slab of token rows at a time through a
-// buffer the caller names (after the ring, or the tile's own last stage).
+// buffer the caller names (after the ring, or the tile's own last stage) — or, for 16-bit
+// outputs that TMA can address, store_tile_by_tma: the output values go transposed into a
+// buffer by stmatrix and leave by TMA stores that run on while the next tile's main loop starts.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/launch/sm90_tiling.h"
 #include "nibble/types.h"
 
@@ -81,6 +85,86 @@ __device__ __forceinline__ void store_tile_by_slabs(uint8_t* slab, int tid, int 
       if (!col_ok) continue;
       const uint4 t = *reinterpret_cast<const uint4*>(out_sh + r * kOutPitch + 4 * lane);
       store_row(m0 + sl * kSlab + r, {t.x, t.y, t.z, t.w});
+    }
+  }
+}
+
+/// Two f32 values as a pair of 16-bit values of type T (the first in the low half).
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+/// The persistent kernels' epilogue for 16-bit outputs (T = __nv_bfloat16 or __half) through a
+/// TMA tensor map of the output (tmap_d: dims (N, M), boxes of 64 channels × BM / kRounds tokens,
+/// the 128-byte swizzle). Each consumer warpgroup (cw) owns its 64 channels of the tile: it
+/// turns its accumulators into output values in registers (values_of(tb, v): the four values of
+/// token block tb, in accumulator order), stores them with stmatrix .trans into its half of
+/// `buf` as token rows of 128 bytes, swizzled as TMA expects (the eight rows of an 8×8 matrix
+/// then fall in eight distinct 16-byte bank groups), and one thread of the warpgroup issues the
+/// TMA store of the range. Nothing waits for the stores to reach global memory: the consumers
+/// go on to the next tile's main loop, and only before they write the buffer again does the
+/// issuing thread wait for the stores to have read it. kRounds > 1 when a whole tile's buffer
+/// would take too many stages from the ring: the tile then goes out in kRounds token ranges,
+/// each waiting for the previous one to be read. Rows ≥ M and channels ≥ N are not written
+/// (TMA clips them).
+///   at_start() runs between two barriers of the 256 consumer threads, when every consumer has
+///   finished the previous tile's epilogue (for the per-token scales values_of reads).
+///   The issuing thread (lane 0 of warp 0 of each warpgroup) must bulk_wait_group<0>() before
+///   the CTA exits.
+template <class T, int BM, int kRounds, class AtStart, class ValuesOf>
+__device__ __forceinline__ void store_tile_by_tma(uint8_t* buf, const void* tmap_d, int cw,
+                                                  int warp, int lane, int m0, int n0, int m,
+                                                  AtStart&& at_start, ValuesOf&& values_of) {
+  constexpr int kRoundTokens = BM / kRounds;
+  constexpr int kPairsPerRound = kRoundTokens / 16;  // pairs of 8-token blocks: one stmatrix.x4
+  static_assert(BM % kRounds == 0 && kRoundTokens % 16 == 0, "rounds of whole block pairs");
+  const bool issuer = warp == 0 && lane == 0;
+  // Named barriers 2 and 3: one warpgroup's 128 threads (immediate ids, so that ptxas counts
+  // the barriers the kernel uses).
+  auto sync_warpgroup = [cw] {
+    if (cw == 0) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+    else asm volatile("bar.sync 3, 128;\n" ::: "memory");
+  };
+  uint8_t* half = buf + cw * kRoundTokens * 128;
+  // stmatrix .x4: lane 8k + j addresses row j of matrix k; matrix k is token block (k >> 1) of
+  // the pair and channel block 2·warp + (k & 1) of the warpgroup's eight. Token row t of the
+  // range holds its 64 channels in 16-byte chunks, chunk q at position q ^ (t % 8).
+  const int mk = lane >> 3, j = lane & 7;
+  const uint32_t lane_at = ptx::smem_addr(half) +
+                           uint32_t((8 * (mk >> 1) + j) * 128 + (((2 * warp + (mk & 1)) ^ j) << 4));
+  if (issuer) ptx::bulk_wait_group_read<0>();  // the previous tile's stores have read the buffer
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+  at_start();
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+#pragma unroll
+  for (int rd = 0; rd < kRounds; ++rd) {
+    if (m0 + rd * kRoundTokens >= m) break;  // the same for every consumer thread
+    if (rd > 0) {
+      if (issuer) ptx::bulk_wait_group_read<0>();
+      sync_warpgroup();
+    }
+#pragma unroll
+    for (int q = 0; q < kPairsPerRound; ++q) {
+      const int tb = rd * 2 * kPairsPerRound + 2 * q;
+      float v0[4], v1[4];
+      values_of(tb, v0);
+      values_of(tb + 1, v1);
+      ptx::stmatrix_x4_trans(lane_at + uint32_t(q * 16 * 128), pack_pair<T>(v0[0], v0[1]),
+                             pack_pair<T>(v0[2], v0[3]), pack_pair<T>(v1[0], v1[1]),
+                             pack_pair<T>(v1[2], v1[3]));
+    }
+    ptx::fence_proxy_async_shared();  // the stmatrix writes, before the TMA store reads them
+    sync_warpgroup();
+    if (issuer) {
+      ptx::tma_store_2d(tmap_d, half, n0 + 64 * cw, m0 + rd * kRoundTokens);
+      ptx::bulk_commit_group();
     }
   }
 }
