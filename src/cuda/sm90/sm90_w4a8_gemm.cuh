@@ -60,8 +60,9 @@
 //   Persistent CTAs (Cfg::kPersistent; the launcher's choice for unsplit grids of more tiles
 //   than SMs): one CTA per SM walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... in band_raster
 //   order. The producer runs on into the next tile's K blocks (the ring position counts over
-//   all tiles), so while the consumers store one tile the next one's first stages land; the
-//   tile leaves through a 32-token slab after the ring (store_tile_by_slabs), not the ring.
+//   all tiles), so while the consumers store one tile the next one's first stages land. The
+//   tile leaves through a buffer after the ring, not the ring: bf16 / f16 outputs by TMA stores
+//   (store_tile_by_tma, below), f32 and s32 ones through a 32-token slab (store_tile_by_slabs).
 //   CTA pairs (p.multicast_a; 8-bit weights on grids of two waves or more, only when
 //   NIBBLE_SM90_MULTICAST=1 asks: persistent CTAs unpaired measured faster): two CTAs of a
 //   (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
@@ -81,6 +82,13 @@
 // loads, reduces split-K partials if any, and applies s_a, s_w and the bias on the way out:
 // s_a · (s_w · acc) + bias, as sm80_w4a8_gemm computes it. The tile's s_a are loaded before the
 // main loop (one per consumer thread) and shared through shared memory.
+// Persistent CTAs with a 16-bit output that TMA can address (16-byte aligned base and row
+// pitch) apply the same formula in registers instead, store the values transposed with
+// stmatrix .trans into a buffer of 128-byte token rows per consumer warpgroup (the 128-byte
+// swizzle, so the stores are free of bank conflicts), and one thread of each warpgroup issues a
+// TMA store of it. The consumers then go on to the next tile's main loop while the store runs:
+// the tensor cores wait only for the values' arithmetic, not for the stores, which took
+// 4096×4096 at M = 4096 from 103.4 to 87.3 µs (H200, 2026-11-29; docs/kernels.md).
 //
 // Limitations
 //   1. sm_90a only (wgmma, setmaxnreg); other GPUs run sm80_w4a8_gemm.
@@ -90,10 +98,11 @@
 //      every tile's cluster fits in one wave; the partial tiles are summed over distributed
 //      shared memory), or go through a workspace of splits·M·N 4-byte partials and a per-tile
 //      counter, the last CTA of a tile reducing; both sum in split order (deterministic).
-//   4. Persistent CTAs hide the next tile's pipeline fill behind the epilogue, not the
-//      epilogue itself: the consumers hold one accumulator set, so the tensor cores wait while
-//      they store a tile. Split grids and the int8-activation f32 group format (its tile loop
-//      spilled) keep one tile per CTA.
+//   4. Persistent CTAs hide the next tile's pipeline fill and (16-bit outputs) its global
+//      stores behind the next main loop, not the epilogue's arithmetic: the consumers hold one
+//      accumulator set. The TMA buffer takes the room of one stage at BM = 256 (4 stages, or
+//      a tile in two token ranges where 4 would not fit). Split grids and the int8-activation
+//      f32 group format (its tile loop spilled) keep one tile per CTA.
 //   5. 8-bit weights: per-channel and s32 epilogues only.
 //   6. fp8 activations: int4 s4_sym weights, per channel or G = 128 (BM ≤ 128: the block sums
 //      and the running sums are two accumulator sets, and every K block's wgmma is waited for
