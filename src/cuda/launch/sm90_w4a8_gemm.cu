@@ -204,6 +204,11 @@ bool env_is(const char* name, const char* value) {
 // NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA,
 // NIBBLE_SM90_TMA_STORE=0 for persistent CTAs' slab epilogue on every output.
 bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
+// The integer value of environment variable `name`, 0 when it is unset or empty.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || v[0] == '\0' ? 0 : std::atoi(v);
+}
 bool sm90_tma_store_allowed() { return !env_is("NIBBLE_SM90_TMA_STORE", "0"); }
 }  // namespace
 
@@ -244,10 +249,34 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   if (const char* v = std::getenv("NIBBLE_SM90_SPLIT_MIN_KBLOCKS"); v != nullptr && v[0] != '\0')
     min_kblocks = std::max(1, std::atoi(v));
   const Sm90ClusterSplitK cluster{clusters.data(), min_kblocks};
-  const Sm90TileChoice t =
-      epilogue == W4A8Epilogue::group
-          ? choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24, cluster)
-          : choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24, cluster);
+  // Measurement knobs (read per call, for sweeps): NIBBLE_SM90_BM=64|128|256 forces the token
+  // tile, NIBBLE_SM90_SPLITS=1..8 the number of cluster splits of every tile.
+  const int max_bm = epilogue == W4A8Epilogue::group ? 128 : 256;
+  const int forced_bm = env_int("NIBBLE_SM90_BM");
+  const int forced_splits = env_int("NIBBLE_SM90_SPLITS");
+  const bool bm_known = forced_bm == 64 || forced_bm == 128 || forced_bm == 256;
+  if (forced_bm != 0 && (!bm_known || forced_bm > max_bm))
+    nibble::detail::fail(ErrorCode::invalid_argument,
+                         "NIBBLE_SM90_BM=" + std::to_string(forced_bm) +
+                             ": expected 64, 128 or 256 (at most " + std::to_string(max_bm) +
+                             " for this format)");
+  if (forced_splits < 0 || forced_splits > kMaxSm90ClusterSplits ||
+      (forced_splits > 1 && clusters[size_t(forced_splits)] == 0))
+    nibble::detail::fail(ErrorCode::invalid_argument,
+                         "NIBBLE_SM90_SPLITS=" + std::to_string(forced_splits) +
+                             ": expected 1.." + std::to_string(kMaxSm90ClusterSplits) +
+                             " cluster splits that this GPU can run");
+  Sm90TileChoice t;
+  if (forced_bm != 0)
+    t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {forced_bm}, 24, cluster);
+  else if (epilogue == W4A8Epilogue::group)
+    t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24, cluster);
+  else
+    t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24, cluster);
+  if (forced_splits > 0) {
+    set_k_splits(t, static_cast<int>(k_pad / 128), forced_splits);
+    t.cluster_split = t.splits > 1;
+  }
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
   best.a_e4m3 = a_e4m3;
