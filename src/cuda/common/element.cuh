@@ -7,11 +7,28 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "cuda/common/operand.h"
 #include "nibble/types.h"
 
 namespace nibble::cuda {
+
+/// Two f32 values rounded to a pair of 16-bit T (__nv_bfloat16 or __half; round to nearest
+/// even, subnormals kept: cvt.rn.{bf16x2,f16x2}.f32), the first in the low half.
+template <class T>
+__device__ __forceinline__ uint32_t pack2_rn(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
 
 // For rank-1 operands the "row" index is the element index (row_stride = element stride).
 __device__ __forceinline__ float load_float(const Operand& t, int64_t r, int64_t c) {

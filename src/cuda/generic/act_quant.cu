@@ -181,8 +181,8 @@ __device__ __forceinline__ void set_word(uint4& c, int j, uint32_t v) {
   else c.w = v;
 }
 
-// Two 16-bit elements (element 0 in the low half) as f32 (exact), and two f32 values rounded to T
-// (round to nearest even, subnormals kept: cvt.rn.{bf16x2,f16x2}.f32).
+// Two 16-bit elements (element 0 in the low half) as f32 (exact); the way back, two f32 values
+// rounded to T, is pack2_rn (cuda/common/element.cuh).
 template <class T>
 __device__ __forceinline__ float2 unpack2(uint32_t u) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -192,18 +192,6 @@ __device__ __forceinline__ float2 unpack2(uint32_t u) {
     memcpy(&h, &u, 4);
     return __half22float2(h);
   }
-}
-template <class T>
-__device__ __forceinline__ uint32_t pack2_rn(float lo, float hi) {
-  uint32_t u;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    memcpy(&u, &h, 4);
-  } else {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    memcpy(&u, &h, 4);
-  }
-  return u;
 }
 
 // The correctly rounded products of two pairs of T (no contraction into an FMA).

@@ -229,7 +229,10 @@ struct W4A8WgmmaConfig {
   static constexpr int kSmemBytes = kBarrierOffset + 2 * STAGES * 8 + 1024;  // + alignment
   static_assert(BM == 64 || BM == 128 || BM == 256, "wgmma n is 64, 128 or 256 here");
   static_assert(!kGroupScales || BM <= 128, "f32 running sums need BM/2 more registers");
-  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  // With the kernel's static tile_a_scales[BM] (and store_transposed_tile's flag), which
+  // kSmemReserve counts 1 KB for.
+  static_assert(kSmemBytes + BM * 4 + 4 <= kSmemLimit,
+                "more shared memory than an sm_90 CTA can have");
 };
 
 template <class Cfg>
@@ -596,7 +599,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   }  // tile_seq
   // store_tile_by_tma: the last stores are done before the CTA's shared memory goes.
-  if (kPersistent && p.tma_store && tid % 128 == 0) ptx::bulk_wait_group<0>();
+  if (kPersistent && p.tma_store && tma_store_issuer(warp, lane)) ptx::bulk_wait_group<0>();
   if (multicast) ptx::cluster_wait();
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.

@@ -30,7 +30,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/ptx.cuh"
@@ -89,17 +88,9 @@ __device__ __forceinline__ void store_tile_by_slabs(uint8_t* slab, int tid, int 
   }
 }
 
-/// Two f32 values as a pair of 16-bit values of type T (the first in the low half).
-template <class T>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
+/// The thread of a consumer warpgroup that issues its TMA stores (store_tile_by_tma) and so
+/// must wait for them (lane 0 of the warpgroup's warp 0).
+__device__ __forceinline__ bool tma_store_issuer(int warp, int lane) { return warp == 0 && lane == 0; }
 
 /// The persistent kernels' epilogue for 16-bit outputs (T = __nv_bfloat16 or __half) through a
 /// TMA tensor map of the output (tmap_d: dims (N, M), boxes of 64 channels × BM / kRounds tokens,
@@ -116,8 +107,7 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 /// (TMA clips them).
 ///   at_start() runs between two barriers of the 256 consumer threads, when every consumer has
 ///   finished the previous tile's epilogue (for the per-token scales values_of reads).
-///   The issuing thread (lane 0 of warp 0 of each warpgroup) must bulk_wait_group<0>() before
-///   the CTA exits.
+///   The issuing thread (tma_store_issuer) must bulk_wait_group<0>() before the CTA exits.
 template <class T, int BM, int kRounds, class AtStart, class ValuesOf>
 __device__ __forceinline__ void store_tile_by_tma(uint8_t* buf, const void* tmap_d, int cw,
                                                   int warp, int lane, int m0, int n0, int m,
@@ -125,7 +115,7 @@ __device__ __forceinline__ void store_tile_by_tma(uint8_t* buf, const void* tmap
   constexpr int kRoundTokens = BM / kRounds;
   constexpr int kPairsPerRound = kRoundTokens / 16;  // pairs of 8-token blocks: one stmatrix.x4
   static_assert(BM % kRounds == 0 && kRoundTokens % 16 == 0, "rounds of whole block pairs");
-  const bool issuer = warp == 0 && lane == 0;
+  const bool issuer = tma_store_issuer(warp, lane);
   // Named barriers 2 and 3: one warpgroup's 128 threads (immediate ids, so that ptxas counts
   // the barriers the kernel uses).
   auto sync_warpgroup = [cw] {
@@ -156,9 +146,9 @@ __device__ __forceinline__ void store_tile_by_tma(uint8_t* buf, const void* tmap
       float v0[4], v1[4];
       values_of(tb, v0);
       values_of(tb + 1, v1);
-      ptx::stmatrix_x4_trans(lane_at + uint32_t(q * 16 * 128), pack_pair<T>(v0[0], v0[1]),
-                             pack_pair<T>(v0[2], v0[3]), pack_pair<T>(v1[0], v1[1]),
-                             pack_pair<T>(v1[2], v1[3]));
+      ptx::stmatrix_x4_trans(lane_at + uint32_t(q * 16 * 128), pack2_rn<T>(v0[0], v0[1]),
+                             pack2_rn<T>(v0[2], v0[3]), pack2_rn<T>(v1[0], v1[1]),
+                             pack2_rn<T>(v1[2], v1[3]));
     }
     ptx::fence_proxy_async_shared();  // the stmatrix writes, before the TMA store reads them
     sync_warpgroup();
