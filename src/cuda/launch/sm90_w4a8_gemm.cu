@@ -204,15 +204,15 @@ bool env_is(const char* name, const char* value) {
 // NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA,
 // NIBBLE_SM90_TMA_STORE=0 for persistent CTAs' slab epilogue on every output.
 bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
-// The integer value of environment variable `name`, 0 when it is unset or empty.
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || v[0] == '\0' ? 0 : std::atoi(v);
-}
 bool sm90_tma_store_allowed() { return !env_is("NIBBLE_SM90_TMA_STORE", "0"); }
 }  // namespace
 
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? 0 : std::atoi(v);
+}
 
 void sm90_stream_k_costs(Sm90TileCosts& costs) {
   // Fitted to sm90_weight_only_gemm W4A16 g128 with stream-K forced at BM = 128 and 256 on

@@ -137,11 +137,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   Sm90TileCosts costs{0.5, 0.7, 1.3, 4.0, 2.0};
   // Measurement knobs: NIBBLE_SM90_WEIGHT_ONLY_BM=64|128|256 forces the token tile,
   // NIBBLE_SM90_WEIGHT_ONLY_SPLITS=1..8 the number of cluster splits of every tile.
-  auto knob = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v == nullptr ? 0 : std::atoi(v);
-  };
-  const int forced_bm = knob("NIBBLE_SM90_WEIGHT_ONLY_BM");
+  const int forced_bm = env_int("NIBBLE_SM90_WEIGHT_ONLY_BM");
   if (forced_bm == 64 || forced_bm == 128 || forced_bm == 256) {
     if (forced_bm != 64) costs.kblock_64 = 0;
     if (forced_bm != 128) costs.kblock_128 = 0;
@@ -153,7 +149,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
     // bench/results/h100_weight_only_w8_tiles_ab.json).
     costs.kblock_256 = 0;
   }
-  const int forced_splits = std::clamp(knob("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
+  const int forced_splits = std::clamp(env_int("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
                                        kMaxSm90ClusterSplits);
   sm90_stream_k_costs(costs);
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
