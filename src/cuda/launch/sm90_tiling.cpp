@@ -42,6 +42,26 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
   return best;
 }
 
+Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
+                                         int sm_count, int max_bm, Sm90ClusterSplitK cluster) {
+  const int kblocks = static_cast<int>(k_pad / 128);
+  const int bm2 = 2 * t.bm;
+  if (t.splits != 1 || t.stream_k || bm2 > max_bm || cluster.clusters_at_once == nullptr ||
+      int64_t{t.tiles_m} * t.tiles_n > sm_count || kblocks / 2 < cluster.min_kblocks_per_split)
+    return t;
+  const int64_t tiles_m2 = (m + bm2 - 1) / bm2;
+  if (tiles_m2 * t.tiles_n > cluster.clusters_at_once[2]) return t;
+  const int64_t unsplit = int64_t{kblocks} * (t.bm + 48);
+  const int64_t doubled = int64_t{(kblocks + 1) / 2} * (bm2 + 48) + 7 * bm2;
+  if (doubled >= unsplit) return t;
+  Sm90TileChoice d = t;
+  d.bm = bm2;
+  d.tiles_m = static_cast<int>(tiles_m2);
+  set_k_splits(d, kblocks, 2);
+  d.cluster_split = d.splits > 1;
+  return d;
+}
+
 Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
                                          const Sm90TileCosts& costs, int min_kblocks_per_split,
                                          Sm90ClusterSplitK cluster) {

@@ -47,6 +47,20 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
                                  std::initializer_list<int> bms, int min_kblocks_per_split,
                                  Sm90ClusterSplitK cluster = {});
 
+/// A one-wave unsplit grid `t` (from choose_sm90_tiles) traded for tiles of twice the tokens
+/// with K cut in two, the two halves of a tile one cluster: as many CTAs, each converting half
+/// as many weight blocks for twice the tokens. For kernels whose per-block cost beyond the MMA
+/// is mostly the weights' stream and conversion (int4 weights). Taken where choose_sm90_tiles'
+/// estimate — (BM + 48) a K block — says so with the cluster reduction counted as 7 K blocks'
+/// worth of tokens per token of the doubled tile (kblocks · (BM + 48) against ⌈kblocks / 2⌉ ·
+/// (2·BM + 48) + 7 · 2·BM): K of at least 38 blocks at BM = 64. Fitted to the H100's forced
+/// tiles at M = 256 (bench/results/h100_sm90_token_tile_ab_646796c.json): 4096×14336 ran 27.4 µs
+/// as 128 tokens × 2 splits against 33.8 as 64 unsplit, 4096×4096 13.9 against 13.6. Returns
+/// `t` unchanged where the doubled tile would exceed max_bm, its clusters would not all run at
+/// once, or a split would keep fewer than cluster.min_kblocks_per_split blocks.
+Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
+                                         int sm_count, int max_bm, Sm90ClusterSplitK cluster);
+
 /// The time of one CTA of a kernel, in any unit: kblock_<bm> per 128-wide K block of a bm-
 /// token tile (bm = 64, 128, 256; 0 where the kernel has no such tile), plus `fixed` per CTA
 /// (launch, pipeline fill, epilogue) and `cluster_reduce` per split tile's reduction.

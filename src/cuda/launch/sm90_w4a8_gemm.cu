@@ -273,6 +273,11 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
     t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {128, 64}, 24, cluster);
   else
     t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {256, 128, 64}, 24, cluster);
+  // Int4 weights on long K: a one-wave grid's tiles doubled in tokens and split in two (each
+  // weight block converted for twice the tokens). Not for int8 weights, which convert nothing
+  // (W8A8 kept 64-token tiles unsplit on 4096×14336 at M = 256, H100, 2026-11-24).
+  if (weight_bits == 4 && forced_bm == 0 && forced_splits == 0)
+    t = prefer_doubled_tile_split(t, m, k_pad, sm_count, max_bm, cluster);
   if (forced_splits > 0) {
     set_k_splits(t, static_cast<int>(k_pad / 128), forced_splits);
     t.cluster_split = t.splits > 1;
