@@ -55,7 +55,10 @@ Sm90TileChoice choose_sm90_tiles(int64_t m, int64_t n_pad, int64_t k_pad, int sm
 /// worth of tokens per token of the doubled tile (kblocks · (BM + 48) against ⌈kblocks / 2⌉ ·
 /// (2·BM + 48) + 7 · 2·BM): K of at least 38 blocks at BM = 64. Fitted to the H100's forced
 /// tiles at M = 256 (bench/results/h100_sm90_token_tile_ab_646796c.json): 4096×14336 ran 27.4 µs
-/// as 128 tokens × 2 splits against 33.8 as 64 unsplit, 4096×4096 13.9 against 13.6. Returns
+/// as 128 tokens × 2 splits against 33.8 as 64 unsplit, 4096×4096 13.9 against 13.6. Measured
+/// on the H200 (bench/results/h200_sm90_w4a8_doubled_split_tile_ab.txt, per channel): 4096×14336
+/// M = 256 35.3 → 26.9 µs, 5120×13824 M = 128 34.2 → 26.1, 8192×28672 M = 128 65.9 → 47.1;
+/// the other cells of M = 128–512 on five layers level or better. Returns
 /// `t` unchanged where the doubled tile would exceed max_bm, its clusters would not all run at
 /// once, or a split would keep fewer than cluster.min_kblocks_per_split blocks.
 Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
