@@ -1,5 +1,7 @@
 #include "common/parallel.h"
 
+#include "common/env.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
@@ -9,10 +11,8 @@
 namespace nibble::detail {
 
 int host_threads() {
-  if (const char* env = std::getenv("NIBBLE_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n >= 1) return n;
-  }
+  const int n = env_int("NIBBLE_NUM_THREADS", 0, 1, 1 << 16);
+  if (n >= 1) return n;
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 

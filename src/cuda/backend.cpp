@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "common/env.h"
 #include "cuda/dispatch/int8_mma.h"
 #include "cuda/dispatch/registry.h"
 #include "cuda/generic/act_quant.h"
@@ -134,9 +135,7 @@ namespace {
 // formula: f32 products and per-group f32 sums). NIBBLE_W4AFP8_KERNEL=simt_linear forces the
 // latter (tests run both on Hopper).
 bool sm90_runs_w4afp8(int device, const WeightFormat& f) {
-  if (const char* forced = std::getenv("NIBBLE_W4AFP8_KERNEL"); forced != nullptr &&
-                                                                  std::string(forced) == "simt_linear")
-    return false;
+  if (nibble::detail::env_choice("NIBBLE_W4AFP8_KERNEL", {"simt_linear"}) == 0) return false;
   return sm90_w4a8_available(device) && sm90_w4a8_handles(epilogue_of(f), f.group_size, true);
 }
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/env.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "nibble/device.h"
 
@@ -36,13 +37,14 @@ constexpr int64_t kSm90MinTokensOneWaveW8 = 9;
 
 bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
                        sm80::W4A8Epilogue epilogue, int group, int weight_bits) {
-  if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
   const bool w8 = weight_bits == 8;
-  if (const char* forced = std::getenv(w8 ? "NIBBLE_W8A8_KERNEL" : "NIBBLE_W4A8_KERNEL")) {
-    const std::string f = forced;
-    if (f == (w8 ? "sm80_w8a8_gemm" : "sm80_w4a8_gemm")) return false;
-    if (f == (w8 ? "sm90_w8a8_gemm" : "sm90_w4a8_gemm")) return true;
-  }
+  // Read first, so that a misspelt name is an error on every GPU.
+  const int forced = w8 ? nibble::detail::env_choice("NIBBLE_W8A8_KERNEL",
+                                                     {"sm80_w8a8_gemm", "sm90_w8a8_gemm"})
+                        : nibble::detail::env_choice("NIBBLE_W4A8_KERNEL",
+                                                     {"sm80_w4a8_gemm", "sm90_w4a8_gemm"});
+  if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
+  if (forced >= 0) return forced == 1;
   if (!w8) {
     const bool small = n_pad * k_pad <= kSmallW4Weights;
     return m >= (small ? kSm90MinTokensSmallW4 : kSm90MinTokens);

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/cuda_runtime_check.h"
+#include "common/env.h"
 #include "nibble/device.h"
 
 namespace nibble::cuda {
@@ -55,10 +56,7 @@ inline bool overlap_split_k_launch(int cc_major, int splits) {
 /// the CTA's first block: 28672x4096 24.9 us against 25.3 with none (and 25.0 against 27.2 with
 /// the early stages, 2026-11-23).
 inline int overlap_prefetch_blocks(bool overlap) {
-  static const int blocks = [] {
-    const char* v = std::getenv("NIBBLE_PREFETCH_BLOCKS");
-    return v != nullptr && v[0] != '\0' ? std::atoi(v) : -1;
-  }();
+  static const int blocks = nibble::detail::env_int("NIBBLE_PREFETCH_BLOCKS", -1, 0, 1 << 16);
   return blocks >= 0 ? blocks : overlap ? 0 : 2;
 }
 
@@ -69,10 +67,8 @@ inline int overlap_prefetch_blocks(bool overlap) {
 /// nothing, and there the old order (and its 2-block L2 prefetch from the CTA's first block)
 /// measured faster (28672x4096 at M = 1: 25.0 against 27.2 us, H100), so none.
 inline int overlap_early_weight_stages(bool overlap) {
-  static const int stages = [] {
-    const char* v = std::getenv("NIBBLE_EARLY_WEIGHT_STAGES");
-    return v != nullptr && v[0] != '\0' ? std::atoi(v) : 1 << 20;
-  }();
+  static const int stages =
+      nibble::detail::env_int("NIBBLE_EARLY_WEIGHT_STAGES", 1 << 20, 0, 1 << 20);
   return overlap ? stages : 0;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/env.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/dynamic_smem.h"
@@ -209,11 +210,6 @@ bool sm90_tma_store_allowed() { return !env_is("NIBBLE_SM90_TMA_STORE", "0"); }
 
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? 0 : std::atoi(v);
-}
-
 void sm90_stream_k_costs(Sm90TileCosts& costs) {
   // Fitted to sm90_weight_only_gemm W4A16 g128 with stream-K forced at BM = 128 and 256 on
   // 6144×4096, 10240×8192 and 4096×14336 at M = 256 and 1024 (H100, 2026-11-25): stream-K ran
@@ -245,23 +241,21 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // splits against 7.22 in 2; 2560x2560 W4A-FP8 7.34 against 9.55 in 5 against 2), the others
   // kept their plans; 2 blocks gained nothing more. NIBBLE_SM90_SPLIT_MIN_KBLOCKS=n sets it
   // (measurements).
-  int min_kblocks = 4;
-  if (const char* v = std::getenv("NIBBLE_SM90_SPLIT_MIN_KBLOCKS"); v != nullptr && v[0] != '\0')
-    min_kblocks = std::max(1, std::atoi(v));
+  const int min_kblocks = nibble::detail::env_int("NIBBLE_SM90_SPLIT_MIN_KBLOCKS", 4, 1, 1 << 20);
   const Sm90ClusterSplitK cluster{clusters.data(), min_kblocks};
   // Measurement knobs (read per call, for sweeps): NIBBLE_SM90_BM=64|128|256 forces the token
   // tile, NIBBLE_SM90_SPLITS=1..8 the number of cluster splits of every tile.
   const int max_bm = epilogue == W4A8Epilogue::group ? 128 : 256;
-  const int forced_bm = env_int("NIBBLE_SM90_BM");
-  const int forced_splits = env_int("NIBBLE_SM90_SPLITS");
+  const int forced_bm = nibble::detail::env_int("NIBBLE_SM90_BM", 0, 64, 256);
+  const int forced_splits =
+      nibble::detail::env_int("NIBBLE_SM90_SPLITS", 0, 1, kMaxSm90ClusterSplits);
   const bool bm_known = forced_bm == 64 || forced_bm == 128 || forced_bm == 256;
   if (forced_bm != 0 && (!bm_known || forced_bm > max_bm))
     nibble::detail::fail(ErrorCode::invalid_argument,
                          "NIBBLE_SM90_BM=" + std::to_string(forced_bm) +
                              ": expected 64, 128 or 256 (at most " + std::to_string(max_bm) +
                              " for this format)");
-  if (forced_splits < 0 || forced_splits > kMaxSm90ClusterSplits ||
-      (forced_splits > 1 && clusters[size_t(forced_splits)] == 0))
+  if (forced_splits > 1 && clusters[size_t(forced_splits)] == 0)
     nibble::detail::fail(ErrorCode::invalid_argument,
                          "NIBBLE_SM90_SPLITS=" + std::to_string(forced_splits) +
                              ": expected 1.." + std::to_string(kMaxSm90ClusterSplits) +

@@ -53,10 +53,6 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
 /// GEMMs (this family and sm90_weight_only_gemm) then run one tile per CTA everywhere.
 bool sm90_persistent_allowed();
 
-/// The integer value of environment variable `name` (std::atoi), 0 when it is unset: the
-/// measurement knobs of the wgmma GEMMs' planners (NIBBLE_SM90_BM, NIBBLE_SM90_WEIGHT_ONLY_BM, ...).
-int env_int(const char* name);
-
 /// Makes stream-K a candidate of choose_sm90_tiles_by_cost (sets costs.stream_k_slowdown and
 /// stream_k_fixup_per_token). Only sm90_weight_only_gemm has stream-K so far; it sits beside
 /// the persistent knob both families read. Measurement knobs, read per call:

@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
+#include "common/env.h"
 #include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
@@ -117,12 +118,10 @@ void launch_typed(const WeightOnlyLaunch& l, int bm, const Maps& m,
 }  // namespace
 
 bool use_sm90_weight_only(int device, int64_t m) {
+  const int forced = nibble::detail::env_choice(
+      "NIBBLE_WEIGHT_ONLY_KERNEL", {"sm80_weight_only_gemm", "sm90_weight_only_gemm"});
   if (!sm90_w4a8_available(device)) return false;  // Hopper with sm_90a code: same condition
-  if (const char* forced = std::getenv("NIBBLE_WEIGHT_ONLY_KERNEL")) {
-    const std::string f = forced;
-    if (f == "sm80_weight_only_gemm") return false;
-    if (f == "sm90_weight_only_gemm") return true;
-  }
+  if (forced >= 0) return forced == 1;
   return m >= kSm90WeightOnlyMinTokens;
 }
 
@@ -137,8 +136,12 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   Sm90TileCosts costs{0.5, 0.7, 1.3, 4.0, 2.0};
   // Measurement knobs: NIBBLE_SM90_WEIGHT_ONLY_BM=64|128|256 forces the token tile,
   // NIBBLE_SM90_WEIGHT_ONLY_SPLITS=1..8 the number of cluster splits of every tile.
-  const int forced_bm = env_int("NIBBLE_SM90_WEIGHT_ONLY_BM");
-  if (forced_bm == 64 || forced_bm == 128 || forced_bm == 256) {
+  const int forced_bm = nibble::detail::env_int("NIBBLE_SM90_WEIGHT_ONLY_BM", 0, 64, 256);
+  if (forced_bm != 0 && forced_bm != 64 && forced_bm != 128 && forced_bm != 256)
+    nibble::detail::fail(ErrorCode::invalid_argument,
+                         "NIBBLE_SM90_WEIGHT_ONLY_BM=" + std::to_string(forced_bm) +
+                             ": expected 64, 128 or 256");
+  if (forced_bm != 0) {
     if (forced_bm != 64) costs.kblock_64 = 0;
     if (forced_bm != 128) costs.kblock_128 = 0;
     if (forced_bm != 256) costs.kblock_256 = 0;
@@ -149,10 +152,15 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
     // bench/results/h100_weight_only_w8_tiles_ab.json).
     costs.kblock_256 = 0;
   }
-  const int forced_splits = std::clamp(env_int("NIBBLE_SM90_WEIGHT_ONLY_SPLITS"), 0,
-                                       kMaxSm90ClusterSplits);
+  const int forced_splits =
+      nibble::detail::env_int("NIBBLE_SM90_WEIGHT_ONLY_SPLITS", 0, 1, kMaxSm90ClusterSplits);
   sm90_stream_k_costs(costs);
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
+  if (forced_splits > 1 && clusters[size_t(forced_splits)] == 0)
+    nibble::detail::fail(ErrorCode::invalid_argument,
+                         "NIBBLE_SM90_WEIGHT_ONLY_SPLITS=" + std::to_string(forced_splits) +
+                             ": expected 1.." + std::to_string(kMaxSm90ClusterSplits) +
+                             " cluster splits that this GPU can run");
   const int sm_count = cuda_device_info(device).sm_count;
   Sm90TileChoice t = choose_sm90_tiles_by_cost(m, n_pad, k_pad, sm_count, costs, 8,
                                                {clusters.data(), kMinKBlocksPerSm90ClusterSplit});

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdlib>
 
+#include "common/env.h"
 #include "nibble/types.h"
 
 namespace nibble::cuda {
@@ -23,11 +24,11 @@ SplitKWorkspace split_k_workspace(int device, Stream stream, size_t partial_byte
                                   size_t counters);
 
 /// The split count that NIBBLE_SM80_SPLITS forces on the sm80 decode planners (sm80_w4a8_gemm,
-/// sm80_weight_only_gemm; a measurement knob, read per call): its integer value, -1 when unset
-/// or empty. The planners clamp it to 1..their largest split.
+/// sm80_weight_only_gemm; a measurement knob, read per call): 1..64, -1 when unset or empty
+/// (another value is an invalid_argument error). The planners clamp it to their largest split
+/// and to the K blocks there are.
 inline int forced_sm80_splits() {
-  const char* v = std::getenv("NIBBLE_SM80_SPLITS");
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : -1;
+  return nibble::detail::env_int("NIBBLE_SM80_SPLITS", -1, 1, 64);
 }
 
 /// A second grow-only buffer per (device, stream), for activations quantized on the way into a
