@@ -69,6 +69,26 @@ inline bool same_bytes(const Tensor& a, const Tensor& b) {
   return test::bytes_of(a) == test::bytes_of(b);
 }
 
+/// Whether the sm_90a kernels (the wgmma families) run here: an sm_90 GPU and a build with 90a
+/// code. Tests force them in turn beside the sm80 families where they do.
+inline bool sm90a_kernels_here() {
+  const DeviceInfo info = cuda_device_info(0);
+  return info.cc_major == 9 && info.cc_minor == 0 &&
+         build_info().cuda_archs.find("90a") != std::string::npos;
+}
+
+/// gemm_s32 on the GPU: `a` (host) copied there, the (M, N) s32 result poisoned first so that
+/// every element must be written. `wd`: a PackedWeight or a Tensor already on the GPU.
+template <class Weight>
+Tensor gpu_s32(const Tensor& a, const Weight& wd, int64_t m, int64_t n) {
+  Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
+  got.fill_bytes(0xCD);
+  const Tensor ad = a.to(Device::cuda());
+  gemm_s32(ad.view(), wd.view(), got.view());
+  synchronize(Device::cuda());
+  return got;
+}
+
 inline double rel_error(const Tensor& got, const Tensor& ref) {
   const Tensor g = got.to(Device::cpu());
   double num = 0, den = 0;

@@ -16,14 +16,6 @@ namespace {
 // Every tile bucket and its edges.
 const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 100, 127, 128, 255, 1000};
 
-Tensor gpu_s32(const Tensor& a, const Tensor& wd, int64_t m, int64_t n) {
-  Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
-  got.fill_bytes(0xCD);  // poison: every element must be written
-  gemm_s32(a.to(Device::cuda()).view(), wd.view(), got.view());
-  synchronize(Device::cuda());
-  return got;
-}
-
 TEST(CudaW4A4, S32IsBitExactOnOddShapes) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;  // fresh seed, printed on failure

@@ -27,19 +27,8 @@ const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 12
 // The W4A8 kernels a packed-weight call can run here; dispatch picks by M, the tests force each.
 std::vector<std::string> w4a8_kernels() {
   std::vector<std::string> k = {"sm80_w4a8_gemm"};
-  const DeviceInfo info = cuda_device_info(0);
-  if (info.cc_major == 9 && info.cc_minor == 0 && build_info().cuda_archs.find("90a") != std::string::npos)
-    k.push_back("sm90_w4a8_gemm");
+  if (sm90a_kernels_here()) k.push_back("sm90_w4a8_gemm");
   return k;
-}
-
-Tensor gpu_s32(const Tensor& a, const PackedWeight& wd, int64_t m, int64_t n) {
-  Tensor got = Tensor::empty(DType::s32, {m, n}, Device::cuda());
-  got.fill_bytes(0xCD);  // poison: every element must be written
-  const Tensor ad = a.to(Device::cuda());
-  gemm_s32(ad.view(), wd.view(), got.view());
-  synchronize(Device::cuda());
-  return got;
 }
 
 TEST(CudaW4A8, S32IsBitExactOnOddShapes) {

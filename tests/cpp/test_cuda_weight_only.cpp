@@ -44,9 +44,7 @@ double tolerance(const LinearFormat& f, DType x, DType out) {
 // Kernel choices to force: a kernel name, optionally "/bm<tokens>" for sm90's token tile.
 std::vector<std::string> weight_only_kernels() {
   std::vector<std::string> k = {"sm80_weight_only_gemm"};
-  const DeviceInfo info = cuda_device_info(0);
-  if (info.cc_major == 9 && info.cc_minor == 0 &&
-      build_info().cuda_archs.find("90a") != std::string::npos) {
+  if (sm90a_kernels_here()) {
     k.push_back("sm90_weight_only_gemm");
     k.push_back("sm90_weight_only_gemm/bm256");
   }
