@@ -1,12 +1,12 @@
 #include "common/parallel.h"
 
-#include "common/env.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <thread>
 #include <vector>
+
+#include "common/env.h"
 
 namespace nibble::detail {
 

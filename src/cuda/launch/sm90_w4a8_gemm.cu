@@ -210,6 +210,27 @@ bool sm90_tma_store_allowed() { return !env_is("NIBBLE_SM90_TMA_STORE", "0"); }
 
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
 
+int forced_sm90_bm(const char* name, int max_bm) {
+  const int bm = nibble::detail::env_int(name, 0, 64, 256);
+  if (bm != 0 && ((bm != 64 && bm != 128 && bm != 256) || bm > max_bm))
+    nibble::detail::fail(ErrorCode::invalid_argument,
+                         std::string(name) + "=" + std::to_string(bm) +
+                             ": expected 64, 128 or 256 (at most " + std::to_string(max_bm) +
+                             " for this format)");
+  return bm;
+}
+
+int forced_sm90_splits(const char* name,
+                       const std::array<int, kMaxSm90ClusterSplits + 1>& clusters) {
+  const int splits = nibble::detail::env_int(name, 0, 1, kMaxSm90ClusterSplits);
+  if (splits > 1 && clusters[size_t(splits)] == 0)
+    nibble::detail::fail(ErrorCode::invalid_argument,
+                         std::string(name) + "=" + std::to_string(splits) + ": expected 1.." +
+                             std::to_string(kMaxSm90ClusterSplits) +
+                             " cluster splits that this GPU can run");
+  return splits;
+}
+
 void sm90_stream_k_costs(Sm90TileCosts& costs) {
   // Fitted to sm90_weight_only_gemm W4A16 g128 with stream-K forced at BM = 128 and 256 on
   // 6144×4096, 10240×8192 and 4096×14336 at M = 256 and 1024 (H100, 2026-11-25): stream-K ran
@@ -246,20 +267,8 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // Measurement knobs (read per call, for sweeps): NIBBLE_SM90_BM=64|128|256 forces the token
   // tile, NIBBLE_SM90_SPLITS=1..8 the number of cluster splits of every tile.
   const int max_bm = epilogue == W4A8Epilogue::group ? 128 : 256;
-  const int forced_bm = nibble::detail::env_int("NIBBLE_SM90_BM", 0, 64, 256);
-  const int forced_splits =
-      nibble::detail::env_int("NIBBLE_SM90_SPLITS", 0, 1, kMaxSm90ClusterSplits);
-  const bool bm_known = forced_bm == 64 || forced_bm == 128 || forced_bm == 256;
-  if (forced_bm != 0 && (!bm_known || forced_bm > max_bm))
-    nibble::detail::fail(ErrorCode::invalid_argument,
-                         "NIBBLE_SM90_BM=" + std::to_string(forced_bm) +
-                             ": expected 64, 128 or 256 (at most " + std::to_string(max_bm) +
-                             " for this format)");
-  if (forced_splits > 1 && clusters[size_t(forced_splits)] == 0)
-    nibble::detail::fail(ErrorCode::invalid_argument,
-                         "NIBBLE_SM90_SPLITS=" + std::to_string(forced_splits) +
-                             ": expected 1.." + std::to_string(kMaxSm90ClusterSplits) +
-                             " cluster splits that this GPU can run");
+  const int forced_bm = forced_sm90_bm("NIBBLE_SM90_BM", max_bm);
+  const int forced_splits = forced_sm90_splits("NIBBLE_SM90_SPLITS", clusters);
   Sm90TileChoice t;
   if (forced_bm != 0)
     t = choose_sm90_tiles(m, n_pad, k_pad, sm_count, {forced_bm}, 24, cluster);

@@ -53,6 +53,16 @@ std::array<int, kMaxSm90ClusterSplits + 1> sm90_gemm_clusters_at_once(int device
 /// GEMMs (this family and sm90_weight_only_gemm) then run one tile per CTA everywhere.
 bool sm90_persistent_allowed();
 
+/// The token tile measurement knob `name` forces on a wgmma planner (NIBBLE_SM90_BM,
+/// NIBBLE_SM90_WEIGHT_ONLY_BM; read per call): 0 when unset, else 64, 128 or 256 up to `max_bm`;
+/// any other value is an invalid_argument error naming the knob.
+int forced_sm90_bm(const char* name, int max_bm);
+/// The cluster splits knob `name` forces (NIBBLE_SM90_SPLITS, NIBBLE_SM90_WEIGHT_ONLY_SPLITS):
+/// 0 when unset, else 1..kMaxSm90ClusterSplits of a size this GPU runs (`clusters`, from
+/// sm90_gemm_clusters_at_once); any other value is an invalid_argument error naming the knob.
+int forced_sm90_splits(const char* name,
+                       const std::array<int, kMaxSm90ClusterSplits + 1>& clusters);
+
 /// Makes stream-K a candidate of choose_sm90_tiles_by_cost (sets costs.stream_k_slowdown and
 /// stream_k_fixup_per_token). Only sm90_weight_only_gemm has stream-K so far; it sits beside
 /// the persistent knob both families read. Measurement knobs, read per call:

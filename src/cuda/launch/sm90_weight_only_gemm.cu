@@ -136,11 +136,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   Sm90TileCosts costs{0.5, 0.7, 1.3, 4.0, 2.0};
   // Measurement knobs: NIBBLE_SM90_WEIGHT_ONLY_BM=64|128|256 forces the token tile,
   // NIBBLE_SM90_WEIGHT_ONLY_SPLITS=1..8 the number of cluster splits of every tile.
-  const int forced_bm = nibble::detail::env_int("NIBBLE_SM90_WEIGHT_ONLY_BM", 0, 64, 256);
-  if (forced_bm != 0 && forced_bm != 64 && forced_bm != 128 && forced_bm != 256)
-    nibble::detail::fail(ErrorCode::invalid_argument,
-                         "NIBBLE_SM90_WEIGHT_ONLY_BM=" + std::to_string(forced_bm) +
-                             ": expected 64, 128 or 256");
+  const int forced_bm = forced_sm90_bm("NIBBLE_SM90_WEIGHT_ONLY_BM", 256);
   if (forced_bm != 0) {
     if (forced_bm != 64) costs.kblock_64 = 0;
     if (forced_bm != 128) costs.kblock_128 = 0;
@@ -152,15 +148,9 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
     // bench/results/h100_weight_only_w8_tiles_ab.json).
     costs.kblock_256 = 0;
   }
-  const int forced_splits =
-      nibble::detail::env_int("NIBBLE_SM90_WEIGHT_ONLY_SPLITS", 0, 1, kMaxSm90ClusterSplits);
   sm90_stream_k_costs(costs);
   const std::array<int, kMaxSm90ClusterSplits + 1> clusters = sm90_gemm_clusters_at_once(device);
-  if (forced_splits > 1 && clusters[size_t(forced_splits)] == 0)
-    nibble::detail::fail(ErrorCode::invalid_argument,
-                         "NIBBLE_SM90_WEIGHT_ONLY_SPLITS=" + std::to_string(forced_splits) +
-                             ": expected 1.." + std::to_string(kMaxSm90ClusterSplits) +
-                             " cluster splits that this GPU can run");
+  const int forced_splits = forced_sm90_splits("NIBBLE_SM90_WEIGHT_ONLY_SPLITS", clusters);
   const int sm_count = cuda_device_info(device).sm_count;
   Sm90TileChoice t = choose_sm90_tiles_by_cost(m, n_pad, k_pad, sm_count, costs, 8,
                                                {clusters.data(), kMinKBlocksPerSm90ClusterSplit});
