@@ -130,21 +130,22 @@ void require_sm80(int device) {
 }  // namespace
 
 namespace {
-// W4A-FP8 on packed weights: the Hopper wgmma kernel where it runs (sm_90a build on an sm_90
-// GPU, per channel or G = 128), else the generic SIMT kernel reading the packed layout (the same
-// formula: f32 products and per-group f32 sums). NIBBLE_W4AFP8_KERNEL=simt_linear forces the
-// latter (tests run both on Hopper).
-bool sm90_runs_w4afp8(int device, const WeightFormat& f) {
-  if (nibble::detail::env_choice("NIBBLE_W4AFP8_KERNEL", {"simt_linear"}) == 0) return false;
-  return sm90_w4a8_available(device) && sm90_w4a8_handles(epilogue_of(f), f.group_size, true);
+// W4A-FP8 on packed weights: the tensor-core kernel w4afp8_kernel picks (dispatch/int8_mma.h:
+// the thin mma.sync tiles at small M, the wgmma kernel above, per channel or G = 128), else the
+// generic SIMT kernel reading the packed layout (the same formula: f32 products and per-group
+// f32 sums). NIBBLE_W4AFP8_KERNEL forces one (tests run each on Hopper).
+W4AFp8Kernel w4afp8_kernel_for(int device, int64_t m, const PackedWeightView& w) {
+  return w4afp8_kernel(device, m, w.n_pad, w.k_pad, epilogue_of(w.format), w.format.group_size);
 }
 
 void linear_packed_w4afp8(const QuantizedActivationView& a, const PackedWeightView& w,
                           const TensorView* bias, const TensorView& d, Stream stream) {
-  if (sm90_runs_w4afp8(a.q.device.index, w.format)) {
+  const W4AFp8Kernel kernel = w4afp8_kernel_for(a.q.device.index, a.q.size(0), w);
+  if (kernel != W4AFp8Kernel::simt_linear) {
     W4A8Launch l = w4a8_launch(a.q, w, bias, d);
     l.a_e4m3 = true;
     l.a_scales = static_cast<const float*>(a.scales.data);
+    if (kernel == W4AFp8Kernel::sm80_w4afp8_gemm) return launch_sm80_w4a8(l, stream);
     return launch_sm90_w4a8(l, stream);
   }
   SimtLinearArgs args;
@@ -395,13 +396,23 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
   if (format.act == ActScheme::e4m3_per_token) {
     const WeightFormat& wf = format.weight;
-    if (sm90_runs_w4afp8(device, wf))
-      return s + packed +
-             describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue_of(wf), device, 4, true)) +
-             " on " + std::to_string(info.sm_count) + " SMs (fp8 e4m3 wgmma, f32 sums per K block)";
+    switch (w4afp8_kernel(device, m, n_pad, k_pad, epilogue_of(wf), wf.group_size)) {
+      case W4AFp8Kernel::sm90_w4afp8_gemm:
+        return s + packed +
+               describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue_of(wf), device, 4, true)) +
+               " on " + std::to_string(info.sm_count) +
+               " SMs (fp8 e4m3 wgmma, f32 sums per K block)";
+      case W4AFp8Kernel::sm80_w4afp8_gemm:
+        return s + packed +
+               describe(plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(wf), wf.group_size,
+                                       info.sm_count, info.cc_major >= 9, 4, false, true)) +
+               " on " + std::to_string(info.sm_count) +
+               " SMs (fp8 e4m3 mma.sync, the decode tiles)";
+      case W4AFp8Kernel::simt_linear: break;
+    }
     return s + packed +
-           "simt_linear on the packed layout (the fp8 tensor-core kernel needs an sm_90a build on "
-           "an sm_90 GPU and per-channel or g128 weights)";
+           "simt_linear on the packed layout (the fp8 tensor-core kernels need per-channel or "
+           "g128 weights, and sm_89+ code built for this GPU)";
   }
   s += packed + describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
                                   format.weight.group_size, 4);

@@ -1,7 +1,8 @@
 // GPU tests of W4A-FP8 (int4 weights × per-token e4m3 activations) on packed weights: the
-// Hopper kernel sm90_w4afp8_gemm (per channel and g128) and the generic SIMT kernel reading the
-// packed layout (every other case, and forced on Hopper with NIBBLE_W4AFP8_KERNEL=simt_linear),
-// against the CPU reference on the same quantized operands.
+// Hopper kernel sm90_w4afp8_gemm and the decode tiles sm80_w4afp8_gemm (mma.sync on sm_89+ code;
+// both per channel and g128), and the generic SIMT kernel reading the packed layout (every other
+// case), each forced with NIBBLE_W4AFP8_KERNEL, against the CPU reference on the same quantized
+// operands.
 //
 // Tolerance: the reference sums f32 products in order; the tensor cores add fp8 products with
 // fewer bits than f32 keeps, so f32 outputs get kRelTolFp8F32Out instead of kRelTolF32Out.
@@ -31,12 +32,21 @@ bool hopper_kernel_here() {
          build_info().cuda_archs.find("90a") != std::string::npos;
 }
 
-// The kernels a call of `format` can run here: the SIMT fallback always, the Hopper kernel
-// where it takes the format.
+// sm80_w4afp8_gemm's e4m3 mma.sync: sm_89+ code built for this GPU.
+bool sm80_fp8_kernel_here() {
+  const DeviceInfo info = cuda_device_info(0);
+  const std::string archs = build_info().cuda_archs;
+  if (info.cc_major == 8 && info.cc_minor == 9) return archs.find("89") != std::string::npos;
+  return hopper_kernel_here();
+}
+
+// The kernels a call of `format` can run here: the SIMT fallback always, the tensor-core
+// kernels where they take the format.
 std::vector<std::string> fp8_kernels(const LinearFormat& f) {
   std::vector<std::string> k = {"simt_linear"};
-  if (hopper_kernel_here() && (f.weight.per_channel() || f.weight.group_size == 128))
-    k.push_back("sm90_w4afp8_gemm");
+  const bool mma_format = f.weight.per_channel() || f.weight.group_size == 128;
+  if (hopper_kernel_here() && mma_format) k.push_back("sm90_w4afp8_gemm");
+  if (sm80_fp8_kernel_here() && mma_format) k.push_back("sm80_w4afp8_gemm");
   return k;
 }
 
@@ -163,6 +173,72 @@ TEST(CudaW4AFp8, SplitKMatchesTheReference) {
         Tensor ref = Tensor::empty(out, {m, n});
         linear(qa.view(), qw.view(), &bias_v, ref.view());
         expect_matches(qad, wd, &bias_d, ref, "sm90_w4afp8_gemm");
+      }
+    }
+  }
+}
+
+// The decode tiles split K on few tiles too (on sm_90 the splits of a tile are one cluster and
+// add their f32 partials over distributed shared memory); explain() names the kernel at M ≤ 16.
+TEST(CudaW4AFp8, DecodeTilesSplitKMatchTheReference) {
+  NIBBLE_REQUIRE_GPU();
+  if (!sm80_fp8_kernel_here()) GTEST_SKIP() << "sm80_w4afp8_gemm needs sm_89+ code for this GPU";
+  test::Rng rng;
+  const std::pair<int64_t, int64_t> nk[] = {{256, 8192}, {4104, 4096}, {24, 14336}};
+  for (auto [n, k] : nk) {
+    for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
+      const LinearFormat f = parse_linear_format(name);
+      QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+      const Tensor bias_d = bias.to(Device::cuda());
+      const TensorView bias_v = test::as_vector(bias);
+      for (int64_t m : {1, 5, 16, 17, 32}) {
+        SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                     " K=" + std::to_string(k));
+        if (m <= 16) {
+          const std::string why = explain(f, m, n, k, Device::cuda());
+          EXPECT_NE(why.find("sm80_w4afp8_gemm"), std::string::npos) << why;
+        }
+        QuantizedActivation qa(f.act, m, k);
+        quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+        const QuantizedActivation qad = qa.to(Device::cuda());
+        for (DType out : {DType::f32, DType::bf16, DType::f16}) {
+          Tensor ref = Tensor::empty(out, {m, n});
+          linear(qa.view(), qw.view(), &bias_v, ref.view());
+          expect_matches(qad, wd, &bias_d, ref, "sm80_w4afp8_gemm");
+        }
+      }
+    }
+  }
+}
+
+// NIBBLE_W4AFP8_KERNEL names a kernel that can run the call, or the call fails before any
+// launch with an error naming the variable.
+TEST(CudaW4AFp8, ForcingAKernelThatCannotRunIsAnError) {
+  NIBBLE_REQUIRE_GPU();
+  test::Rng rng;
+  const int64_t m = 3, n = 64, k = 256;
+  for (const char* name : {"w4afp8_g64", "w4afp8_pc"}) {
+    const LinearFormat f = parse_linear_format(name);
+    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+    QuantizedActivation qa(f.act, m, k);
+    quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
+    const QuantizedActivation qad = qa.to(Device::cuda());
+    Tensor d = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    std::vector<std::string> refused = {"no_such_kernel"};
+    if (!f.weight.per_channel()) refused = {"no_such_kernel", "sm80_w4afp8_gemm", "sm90_w4afp8_gemm"};
+    for (const std::string& kernel : refused) {
+      SCOPED_TRACE(std::string(name) + " " + kernel);
+      const ScopedEnv force("NIBBLE_W4AFP8_KERNEL", kernel);
+      try {
+        linear(qad.view(), wd.view(), nullptr, d.view());
+        FAIL() << "expected an invalid_argument error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("NIBBLE_W4AFP8_KERNEL=" + kernel), std::string::npos)
+            << e.what();
       }
     }
   }

@@ -2,7 +2,8 @@
 // int4_decode.cuh), run on the CPU: the same inline functions the kernels call, with the
 // host emulation of prmt. Every nibble value in every byte position, and random words, against
 // the format's definition: u = v + 8, v ∈ [−8, 7]; the e4m3 decoding gives v·2⁻⁹ exactly,
-// read back with the independent decoder of test_util.h.
+// read back with the independent decoder of test_util.h; the f16 bit patterns of W4A-FP8's f16
+// route are 1024 + u and 1024 + 16u, from which the kernel's lo − 1032 and hi / 16 − 72 are v.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,6 +21,7 @@ using cuda::decode_low_nibbles;
 using cuda::decode_low_nibbles_e4m3;
 using cuda::kE4m3WeightScale;
 using cuda::kS4SymOffset4;
+using cuda::s4_f16_magic_pair;
 
 uint32_t byte_of(uint32_t word, int b) { return (word >> (8 * b)) & 0xFFu; }
 
@@ -40,6 +42,20 @@ void expect_word_decodes(uint32_t word) {
     EXPECT_EQ(test::decode_e4m3(static_cast<uint8_t>(byte_of(hi_e, b))) * kE4m3WeightScale,
               static_cast<float>(v_hi))
         << std::hex << "word 0x" << word << " byte " << b;
+  }
+  // The f16 route: bytes 0, 1 (selector 0x4140) and 2, 3 (0x4342), the lower byte in the low half.
+  for (int pair = 0; pair < 2; ++pair) {
+    uint32_t lo = 0, hi = 0;
+    s4_f16_magic_pair(byte_perm(word, 0u, pair == 0 ? 0x4140u : 0x4342u), lo, hi);
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t byte = byte_of(word, 2 * pair + half);
+      const double l = test::decode_f16(static_cast<uint16_t>(lo >> (16 * half)));
+      const double h = test::decode_f16(static_cast<uint16_t>(hi >> (16 * half)));
+      EXPECT_EQ(l, 1024.0 + (byte & 0xF)) << std::hex << "word 0x" << word;
+      EXPECT_EQ(h, 1024.0 + 16.0 * (byte >> 4)) << std::hex << "word 0x" << word;
+      EXPECT_EQ(l - 1032.0, static_cast<double>(static_cast<int>(byte & 0xF) - 8));
+      EXPECT_EQ(h / 16.0 - 72.0, static_cast<double>(static_cast<int>(byte >> 4) - 8));
+    }
   }
 }
 

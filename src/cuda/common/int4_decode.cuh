@@ -87,6 +87,30 @@ NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles_e4m3(uint32_t word) {
   return nibbles_to_e4m3(word >> 4, word);
 }
 
+/// s4_sym weights as biased f16 bit patterns, for W4A-FP8's f16 MMA route on sm_90 (which has no
+/// fp8 mma.sync): `spread` = byte_perm(word, 0, 0x4140), i.e. [byte 0, 0, byte 1, 0] (0x4342 for
+/// bytes 2 and 3). `lo`: the f16x2 of 1024 + u for the two bytes' low nibbles (the lower byte's in
+/// the low half); `hi`: 1024 + 16u for their high nibbles. (f16 0x6400 is 1024, where the
+/// mantissa steps by 1.) s4_pair_to_f16x2 (device) subtracts the bias.
+NIBBLE_HOST_DEVICE_INLINE void s4_f16_magic_pair(uint32_t spread, uint32_t& lo, uint32_t& hi) {
+  lo = (spread & 0x000F000Fu) | 0x64006400u;
+  hi = (spread & 0x00F000F0u) | 0x64006400u;
+}
+
+#if defined(__CUDACC__)
+/// The int4 values v = u − 8 of s4_f16_magic_pair's halves as f16x2, exactly: lo − 1032 and
+/// hi · 1/16 − 72 (= 64 + u − 72; one fused multiply-add of exact values). Five instructions per
+/// four values with the byte permute.
+__device__ __forceinline__ void s4_pair_to_f16x2(uint32_t spread, uint32_t& lo, uint32_t& hi) {
+  uint32_t l, h;
+  s4_f16_magic_pair(spread, l, h);
+  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(lo) : "r"(l), "r"(0x64086408u));  // 1032
+  asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+      : "=r"(hi)
+      : "r"(h), "r"(0x2C002C00u), "r"(0xD480D480u));  // 1/16, -72
+}
+#endif
+
 /// Two-level group parameters `g_s | (128 − g_s·g_z) << 8` → (g_s, offset·0x01010101).
 NIBBLE_HOST_DEVICE_INLINE void two_level_operands(uint32_t param, uint32_t& gs,
                                                   uint32_t& offset4) {

@@ -82,6 +82,40 @@ __device__ __forceinline__ void mma_s8_16832(int32_t (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/// D = A·B + D with fp8 e4m3 operands and f32 accumulators, m16n8k32 (sm_89+): the fragments
+/// are mma_s8_16832's bytes, each an e4m3 code. Compiled for an older target it traps (the
+/// launchers run it only where the GPU and the build have sm_89+ code).
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  (void)d;
+  (void)a;
+  (void)b;
+  __trap();
+#endif
+}
+
+/// Four e4m3 codes (the bytes of `x`) as two f16x2, exactly: `lo` from bytes 0 and 1, `hi` from
+/// bytes 2 and 3 (the lower byte in the lower half). sm_89+.
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+#else
+  (void)x;
+  lo = hi = 0;
+  __trap();
+#endif
+}
+
 /// D = A·B + D with s4 operands and s32 accumulators, m16n8k64 (native on sm_80/86/89; sm_90 has
 /// no int4 tensor cores and emulates it, far slower). The fragments are mma_s8_16832's bytes,
 /// each byte two k (the lower k in the low nibble): a[0]: row g, k 8c..8c+7; a[2]: row g,

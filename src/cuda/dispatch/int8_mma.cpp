@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/check.h"
 #include "common/env.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
 #include "nibble/device.h"
@@ -33,7 +34,50 @@ constexpr int64_t kSm90MinTokensSmallW4 = 33;
 constexpr int64_t kSmallW4Weights = int64_t(1) << 25;
 constexpr int64_t kSm90MinTokensOneWaveW8 = 9;
 
+// The int4-weight rule above: whether the wgmma kernel is the faster one at M.
+bool sm90_wins_int4(int64_t m, int64_t n_pad, int64_t k_pad) {
+  const bool small = n_pad * k_pad <= kSmallW4Weights;
+  return m >= (small ? kSm90MinTokensSmallW4 : kSm90MinTokens);
+}
+
 }  // namespace
+
+const char* to_string(W4AFp8Kernel kernel) {
+  switch (kernel) {
+    case W4AFp8Kernel::sm80_w4afp8_gemm: return "sm80_w4afp8_gemm";
+    case W4AFp8Kernel::sm90_w4afp8_gemm: return "sm90_w4afp8_gemm";
+    case W4AFp8Kernel::simt_linear: return "simt_linear";
+  }
+  return "?";
+}
+
+W4AFp8Kernel w4afp8_kernel(int device, int64_t m, int64_t n_pad, int64_t k_pad,
+                           sm80::W4A8Epilogue epilogue, int group) {
+  // The tensor-core kernels take the formats whose weights they decode to e4m3 (the int4 values
+  // themselves, scaled per channel or per 128-wide group).
+  const bool mma_format = sm90_w4a8_handles(epilogue, group, true);
+  const bool sm80 = mma_format && sm80_w4afp8_available(device);
+  const bool sm90 = mma_format && sm90_w4a8_available(device);
+  const int forced = nibble::detail::env_choice(
+      "NIBBLE_W4AFP8_KERNEL", {"sm80_w4afp8_gemm", "sm90_w4afp8_gemm", "simt_linear"});
+  if (forced >= 0) {
+    const auto k = static_cast<W4AFp8Kernel>(forced);  // the names in the enum's order
+    const bool runs = k == W4AFp8Kernel::simt_linear ||
+                      (k == W4AFp8Kernel::sm80_w4afp8_gemm ? sm80 : sm90);
+    if (!runs)
+      nibble::detail::fail(ErrorCode::invalid_argument,
+                           std::string("NIBBLE_W4AFP8_KERNEL=") + to_string(k) +
+                               ": that kernel cannot run this call here (it needs per-channel "
+                               "or g128 weights and " +
+                               (k == W4AFp8Kernel::sm80_w4afp8_gemm
+                                    ? "sm_89+ code built for this GPU)"
+                                    : "an sm_90a build on an sm_90 GPU)"));
+    return k;
+  }
+  if (sm90 && (!sm80 || sm90_wins_int4(m, n_pad, k_pad))) return W4AFp8Kernel::sm90_w4afp8_gemm;
+  if (sm80) return W4AFp8Kernel::sm80_w4afp8_gemm;
+  return W4AFp8Kernel::simt_linear;
+}
 
 bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
                        sm80::W4A8Epilogue epilogue, int group, int weight_bits) {
@@ -45,10 +89,7 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
                                                      {"sm80_w4a8_gemm", "sm90_w4a8_gemm"});
   if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
   if (forced >= 0) return forced == 1;
-  if (!w8) {
-    const bool small = n_pad * k_pad <= kSmallW4Weights;
-    return m >= (small ? kSm90MinTokensSmallW4 : kSm90MinTokens);
-  }
+  if (!w8) return sm90_wins_int4(m, n_pad, k_pad);
   if (m >= kSm90MinTokens) return true;
   if (m < kSm90MinTokensOneWaveW8) return false;
   const int sms = cuda_device_info(device).sm_count;

@@ -21,6 +21,18 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
                        sm80::W4A8Epilogue epilogue, int group, int weight_bits);
 /// Launches the chosen family.
 void launch_int8_mma(const W4A8Launch& launch, Stream stream);
+
+/// The kernels of a W4A-FP8 call (packed int4 weights × per-token e4m3 activations).
+enum class W4AFp8Kernel { sm80_w4afp8_gemm, sm90_w4afp8_gemm, simt_linear };
+const char* to_string(W4AFp8Kernel kernel);
+/// Which one runs: for per-channel and g128 weights the thin mma.sync tiles (sm80_w4afp8_gemm)
+/// where int4 W4A8 takes sm80_w4a8_gemm by the rule of use_sm90_int8_mma (small M) and
+/// sm90_w4afp8_gemm for the rest on Hopper; sm80_w4afp8_gemm at every M on an sm_89 build for
+/// sm_89; the SIMT kernel on the packed layout otherwise. NIBBLE_W4AFP8_KERNEL=<name> forces
+/// one; a name that is not a kernel, or one that cannot run this call, is an invalid_argument
+/// error.
+W4AFp8Kernel w4afp8_kernel(int device, int64_t m, int64_t n_pad, int64_t k_pad,
+                           sm80::W4A8Epilogue epilogue, int group);
 /// explain() text for the chosen family and its plan.
 std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
                               sm80::W4A8Epilogue epilogue, int group, int weight_bits,

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
@@ -62,6 +63,22 @@ TileInfo tile_info8() {
   return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
 }
 
+template <Tile T, W4A8Epilogue E>
+TileInfo tile_info_fp8() {
+  using Cfg = typename InstanceFp8<T, E>::Cfg;
+  return {Cfg::BM, Cfg::BN, Cfg::kThreads / 32, Cfg::STAGES};
+}
+
+// W4A-FP8: the 16-token tile up to M = 16, the 32-token one above.
+TileInfo tile_info_fp8(Tile t, W4A8Epilogue e) {
+  const bool g = e == W4A8Epilogue::group;
+  if (t == Tile::m16)
+    return g ? tile_info_fp8<Tile::m16, W4A8Epilogue::group>()
+             : tile_info_fp8<Tile::m16, W4A8Epilogue::per_channel>();
+  return g ? tile_info_fp8<Tile::m32, W4A8Epilogue::group>()
+           : tile_info_fp8<Tile::m32, W4A8Epilogue::per_channel>();
+}
+
 TileInfo tile_info(Tile t, W4A8Epilogue e, W4Decode d, int group, int weight_bits) {
   if (weight_bits == 8) {
     switch (t) {
@@ -97,20 +114,45 @@ constexpr int kMinKBlocksPerClusterSplit = 2;
 
 }  // namespace
 
+bool sm80_w4afp8_available(int device) {
+  // The build's targets ("80,90a"), as separate names.
+  static const std::vector<std::string> archs = [] {
+    std::vector<std::string> v;
+    std::string all = NIBBLE_CUDA_ARCHS_STRING, cur;
+    for (char c : all + ",") {
+      if (c == ',' || c == ';') {
+        if (!cur.empty()) v.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    return v;
+  }();
+  auto built = [&](const char* a) { return std::find(archs.begin(), archs.end(), a) != archs.end(); };
+  const DeviceInfo info = cuda_device_info(device);
+  if (info.cc_major == 9 && info.cc_minor == 0) return built("90a") || built("90");
+  if (info.cc_major == 8 && info.cc_minor == 9) return built("89");
+  return false;  // sm_80/86: no fp8 MMA; newer GPUs: no code of theirs built for it yet
+}
+
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                         W4A8Epilogue epilogue, int group, int sm_count, bool clusters,
-                        int weight_bits, bool a4) {
+                        int weight_bits, bool a4, bool a_e4m3) {
   W4A8Plan plan;
   plan.weight_bits = weight_bits;
   plan.a4 = a4;
+  plan.a_e4m3 = a_e4m3;
   const bool whole_k = epilogue == W4A8Epilogue::s32 || epilogue == W4A8Epilogue::per_channel;
-  plan.tile = m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
+  plan.tile = a_e4m3 ? (m <= 16 ? 0 : 1) : m <= 16 ? 0 : m <= 32 ? 1 : m <= 64 ? 2 : 3;
   const bool fits = !whole_k || k <= max_int32_accumulation_k(DType::s8, DType::s8);
-  plan.decode = fits && weight_bits == 4 && !a4
+  plan.decode = fits && weight_bits == 4 && !a4 && !a_e4m3
                     ? grouped_decode(static_cast<Tile>(plan.tile), epilogue)
                     : W4Decode::offset_xor;
-  const TileInfo t = tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group,
-                               a4 ? 8 : weight_bits);  // W4A4 tiles are the int8 ones
+  const TileInfo t =
+      a_e4m3 ? tile_info_fp8(static_cast<Tile>(plan.tile), epilogue)
+             : tile_info(static_cast<Tile>(plan.tile), epilogue, plan.decode, group,
+                         a4 ? 8 : weight_bits);  // W4A4 tiles are the int8 ones
   plan.bm = t.bm;
   plan.bn = t.bn;
   plan.stages = t.stages;
@@ -147,12 +189,15 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
 }
 
 std::string describe(const W4A8Plan& plan) {
-  const char* decode = plan.a4                                         ? "int4 x int4"
-                       : plan.weight_bits == 8                          ? "int8 weights"
+  const char* decode = plan.a4                                     ? "int4 x int4"
+                       : plan.a_e4m3                                ? "int4 -> e4m3, f32 sums"
+                       : plan.weight_bits == 8                      ? "int8 weights"
                        : plan.decode == sm80::W4Decode::high_nibble ? "high_nibble"
-                                                                      : "offset_xor";
-  const char* name = plan.a4 ? "sm80_w4a4_gemm " : plan.weight_bits == 8 ? "sm80_w8a8_gemm "
-                                                                         : "sm80_w4a8_gemm ";
+                                                                    : "offset_xor";
+  const char* name = plan.a4                  ? "sm80_w4a4_gemm "
+                     : plan.a_e4m3            ? "sm80_w4afp8_gemm "
+                     : plan.weight_bits == 8  ? "sm80_w8a8_gemm "
+                                              : "sm80_w4a8_gemm ";
   return std::string(name) + decode + " tile " +
          std::to_string(plan.bm) + "x" + std::to_string(plan.bn) +
          "x128, " + std::to_string(plan.warps) + " warps, " + std::to_string(plan.stages) +
@@ -164,8 +209,16 @@ std::string describe(const W4A8Plan& plan) {
 
 void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
+  if (l.a_e4m3 && (!sm80_w4afp8_available(l.device) || l.weight_bits != 4 || l.a4 ||
+                   l.x != nullptr || l.residual_fusion() ||
+                   !(l.epilogue == W4A8Epilogue::per_channel ||
+                     (l.epilogue == W4A8Epilogue::group && l.group == 128))))
+    nibble::detail::fail(ErrorCode::internal,
+                         "sm80_w4afp8_gemm: needs sm_89+ code for this GPU, int4 weights per "
+                         "channel or g128 and e4m3 activations quantized by the caller");
   const W4A8Plan plan = plan_sm80_w4a8(l.m, l.n_pad, l.k, l.k_pad, l.epilogue, l.group,
-                                       dev.sm_count, dev.cc_major >= 9, l.weight_bits, l.a4);
+                                       dev.sm_count, dev.cc_major >= 9, l.weight_bits, l.a4,
+                                       l.a_e4m3);
   W4A8GemmParams p;
   p.a = static_cast<const int8_t*>(l.a);
   p.lda = l.lda;
@@ -233,6 +286,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   if (l.residual_fusion())
     nibble::detail::fail(ErrorCode::internal,
                          "sm80_w4a8_gemm: the residual fusions need x quantized in the kernel");
+  if (l.a_e4m3) return launch_fp8(p, static_cast<Tile>(plan.tile), e, grid, stream);
   if (l.a4) {
     switch (static_cast<Tile>(plan.tile)) {
       case Tile::m16: return launch_tile8<Tile::m16, true>(p, e, grid, stream);

@@ -29,8 +29,9 @@ struct W4A8Launch {
   /// W4A4: a and w both row-major packed int4 (lda, ldw in bytes; k_pad = K/2 rounded up to 128:
   /// bytes, like every K block of this kernel); per-channel or s32; the sm80 kernel only.
   bool a4 = false;
-  /// W4A-FP8: `a` is e4m3 per token (weight_bits 4, per channel or G = 128); the sm90 kernel
-  /// only (sm90_w4a8_gemm with kFp8).
+  /// W4A-FP8: `a` is e4m3 per token (weight_bits 4, s4_sym, per channel or G = 128, no fused
+  /// quantization): sm90_w4a8_gemm with kFp8, or this family's thin tiles (sm80_w4afp8_gemm,
+  /// where sm80_w4afp8_available).
   bool a_e4m3 = false;
   sm80::W4A8Epilogue epilogue = sm80::W4A8Epilogue::per_channel;
   int group = 0;  ///< group size for group / two_level
@@ -71,6 +72,7 @@ struct W4A8Launch {
 struct W4A8Plan {
   int tile = 0, bm = 0, bn = 0, stages = 0, warps = 0, weight_bits = 4;
   bool a4 = false;
+  bool a_e4m3 = false;  ///< W4A-FP8: the 16- or 32-token tile
   sm80::W4Decode decode = sm80::W4Decode::offset_xor;
   int tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< the splits of a tile are one thread-block cluster (sm_90+)
@@ -79,8 +81,13 @@ struct W4A8Plan {
 /// splits reduce in a cluster instead of through the workspace.
 W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                         sm80::W4A8Epilogue epilogue, int group, int sm_count, bool clusters,
-                        int weight_bits = 4, bool a4 = false);
+                        int weight_bits = 4, bool a4 = false, bool a_e4m3 = false);
 std::string describe(const W4A8Plan& plan);
+
+/// Whether sm80_w4afp8_gemm (W4A8Launch::a_e4m3) runs on `device`: e4m3 mma.sync needs sm_89+,
+/// and the build must hold code for the GPU itself (the sm_90a code on sm_90, sm_89 code on
+/// sm_89: the sm_80 code would load there too, but traps at the fp8 instruction).
+bool sm80_w4afp8_available(int device);
 
 void launch_sm80_w4a8(const W4A8Launch& launch, Stream stream);
 

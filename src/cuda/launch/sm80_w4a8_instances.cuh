@@ -91,6 +91,18 @@ struct Instance8<Tile::m128, E, A4> {
                                    W4Decode::offset_xor, A4 ? 4 : 8, int8_t, A4>;
 };
 
+// W4A-FP8 (e4m3 activations, f32 MMA sums): the thin tiles only, the W4A8 ones' shapes, per
+// channel or g128. On Hopper the wgmma kernel takes M > 32 (the launchers never ask for more
+// here); on sm_89, where it is the only tensor-core kernel, the 32-token tile covers every M.
+template <Tile T, W4A8Epilogue E>
+struct InstanceFp8 {
+  static_assert(T == Tile::m16 || T == Tile::m32, "W4A-FP8 has the thin tiles only");
+  static constexpr bool kM16 = T == Tile::m16;
+  using Cfg = sm80::W4A8GemmConfig<kM16 ? 16 : 32, 128, 1, 4, kM16 ? 6 : 5, E,
+                                   E == W4A8Epilogue::group ? 128 : 0, 1, W4Decode::offset_xor, 4,
+                                   int8_t, false, false, true>;
+};
+
 // The decoding each (tile, epilogue) is instantiated with. high_nibble saves ALU work where
 // the tile is thin (M ≤ 32: one m16 tile per warp, so every converted B fragment feeds one or
 // two MMAs); on the large tiles it measured no faster (2026-11-23, H100) and its extra live
@@ -178,6 +190,8 @@ void launch_fused(const W4A8GemmParams& p, DType x_dtype, W4A8Epilogue e, W4Deco
                   int group, dim3 grid, Stream stream);
 void launch_fused_f32(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group,
                       dim3 grid, Stream stream);
+/// W4A-FP8 on the thin tiles (sm80_w4afp8_gemm.cu): per channel or g128.
+void launch_fp8(const W4A8GemmParams& p, Tile tile, W4A8Epilogue e, dim3 grid, Stream stream);
 /// The same with the residual-stream fusions (sm80_w4a8_gemm_residual.cu).
 void launch_fused_residual(const W4A8GemmParams& p, W4A8Epilogue e, W4Decode decode, int group,
                            dim3 grid, Stream stream);

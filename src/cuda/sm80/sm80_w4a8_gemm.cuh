@@ -1,6 +1,7 @@
 // sm80_w4a8_gemm — int4 (or int8) weights × int8 activations on mma.sync.m16n8k32 (sm_80,
 // sm_86, sm_89, sm_90), int32 accumulation, fused rescale. With 8-bit weights (WBITS = 8) the
-// same kernel is the W8A8 GEMM, reported as sm80_w8a8_gemm.
+// same kernel is the W8A8 GEMM, reported as sm80_w8a8_gemm; with int4 activations W4A4
+// (sm80_w4a4_gemm), with e4m3 activations W4A-FP8's decode tiles (sm80_w4afp8_gemm; below).
 //
 //   D[m,n] = s_a[m] · s_w[n] · Σ_k a[m,k]·w[n,k]                  (per_channel)
 //   D[m,n] = s_a[m] · Σ_g s_w[g,n] · Σ_{k∈g} a[m,k]·w[n,k]        (group: f32 rescale per group)
@@ -61,6 +62,19 @@
 //   int8, 2 instructions per 8 values — and a step is two mma.m16n8k32.s8 with the same k
 //   permutation on both operands; the sums are then 256× the true ones and shifted back
 //   exactly, which bounds K by the s8×s8 limit (131071) there. Per-channel and s32 epilogues.
+//
+// W4A-FP8 (FP8 = true, reported as sm80_w4afp8_gemm): per-token e4m3 activations (quantized by
+//   the caller) × packed s4_sym weights, per channel or g128, f32 sums; the 16- and 32-token
+//   tiles only (the decode path: the wgmma kernel sm90_w4afp8_gemm takes larger M on Hopper).
+//   A tiles are loaded exactly like int8 ones (a byte per value). On sm_89 a k32 step is one
+//   mma.m16n8k32.e4m3 per n8 tile with the weights decoded to e4m3 codes of v·2⁻⁹
+//   (int4_decode.cuh; the sums are multiplied by 2⁹ on the way out). sm_90 has no fp8 mma.sync
+//   (ptxas emulates it with f16 MMAs, re-converting both operands for every one and adding
+//   each result separately), so there the kernel converts each operand once — e4m3 → f16 with
+//   cvt (8 per k32 step and m16 tile), int4 → f16 with the 1024-bias trick (5 instructions per 4
+//   values, s4_pair_to_f16x2) — and issues two f16 m16n8k16 MMAs per k32 step into the f32
+//   accumulators: every value and product exact, only the f32 summation order differs from the
+//   reference. Split-K partials are f32 (summed in split order), group sums folded per 128 K.
 //
 // Fused activation quantization (X = f32, bf16 or f16; the decode path, one launch per linear)
 //   The activations come in as x (M, K) floats, pitch `ldx` elements, and are quantized per
@@ -149,8 +163,16 @@ struct W4A8GemmParams {
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, W4A8Epilogue EPI_, int GROUP_,
           int MIN_BLOCKS_ = 1, W4Decode DECODE_ = W4Decode::offset_xor, int WBITS_ = 4,
-          class X_ = int8_t, bool A4_ = false, bool RESIDUAL_ = false>
+          class X_ = int8_t, bool A4_ = false, bool RESIDUAL_ = false, bool FP8_ = false>
 struct W4A8GemmConfig {
+  /// e4m3 activations (W4A-FP8, reported as sm80_w4afp8_gemm): e4m3 × e4m3 MMAs into f32.
+  static constexpr bool kFp8 = FP8_;
+  static_assert(!FP8_ || (WBITS_ == 4 && !A4_ && !RESIDUAL_ && std::is_same_v<X_, int8_t> &&
+                          DECODE_ == W4Decode::offset_xor &&
+                          (EPI_ == W4A8Epilogue::per_channel ||
+                           (EPI_ == W4A8Epilogue::group && GROUP_ == 128))),
+                "W4A-FP8: packed s4_sym weights, e4m3 activations quantized by the caller, per "
+                "channel or g128");
   /// int4 activations and row-major int4 weights (W4A4).
   static constexpr bool kA4 = A4_;
   /// The activations' type in global memory: int8 (quantized by the caller), or f32 / bf16 /
@@ -238,16 +260,17 @@ namespace detail {
 
 /// The output value of one element before conversion: s_a · (s_w · acc) per channel and
 /// two-level, s_a · Σ_g per group (that sum is accumulated with FMA, so it differs from the
-/// reference's separate multiply and add by rounding only), then the bias.
+/// reference's separate multiply and add by rounding only), then the bias. `acc` is the integer
+/// sum as a float, or W4A-FP8's f32 sum.
 template <W4A8Epilogue EPI, bool kAnyScaleDtype = false>
-__device__ __forceinline__ float finish(const W4A8GemmParams& p, float s_a, int col, int32_t acc,
+__device__ __forceinline__ float finish(const W4A8GemmParams& p, float s_a, int col, float acc,
                                         float facc) {
   float s_w = 0.0f;
   if constexpr (EPI != W4A8Epilogue::group) {
     if constexpr (kAnyScaleDtype) s_w = load_float(Operand{p.w_scales, p.w_scale_dtype, 1}, col, 0);
     else s_w = p.w_scales[col];
   }
-  float v = EPI == W4A8Epilogue::group ? s_a * facc : s_a * (s_w * float(acc));
+  float v = EPI == W4A8Epilogue::group ? s_a * facc : s_a * (s_w * acc);
   if (p.bias != nullptr) v += load_float(Operand{p.bias, p.bias_dtype, 1}, col, 0);
   return v;
 }
@@ -278,6 +301,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr bool kS4ViaS8 = false;
 #endif
   constexpr int kAccShift = Cfg::kAccShift + (kS4ViaS8 ? 8 : 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+  // W4A-FP8 on sm_90, which has no fp8 mma.sync (ptxas expands it into f16 MMAs that start
+  // from zero, an f32 add per accumulator after each, and both operands converted again for
+  // every MMA): the kernel converts instead, once per operand — e4m3 activations and int4
+  // weights to f16, both exact — and runs f16 MMAs into its accumulators (see the main loop).
+  constexpr bool kFp8ViaF16 = Cfg::kFp8;
+#else
+  constexpr bool kFp8ViaF16 = false;
+#endif
+  // W4A-FP8's f32 sums are of v·2⁻⁹ weights on the e4m3 MMA (×2⁹ on the way out, exact) and of
+  // v itself on the f16 route.
+  [[maybe_unused]] constexpr float kFp8SumScale = kFp8ViaF16 ? 1.0f : kE4m3WeightScale;
   // K in bytes of a row (W4A4: two values per byte).
   const int k_bytes = Cfg::kA4 ? p.k / 2 : p.k;
 
@@ -392,7 +427,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
   };
 
-  int32_t acc[MT][NT][4];
+  // W4A-FP8 sums in f32 (×kFp8SumScale on the way out, exact).
+  using Acc = std::conditional_t<Cfg::kFp8, float, int32_t>;
+  Acc acc[MT][NT][4];
   float facc[EPI == W4A8Epilogue::group ? MT : 1][EPI == W4A8Epilogue::group ? NT : 1][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -704,7 +741,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           if constexpr (EPI == W4A8Epilogue::two_level)
             two_level_operands(prm[cur][nt], gs, offset4);
           const uint32_t word = bw[cur][nt];
-          if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
+          if constexpr (Cfg::kFp8) {
+            (void)gs;
+            (void)offset4;
+            if constexpr (kFp8ViaF16) {  // the word itself: the MMAs below convert it to f16
+              b[nt][0] = word;
+              b[nt][1] = 0u;
+            } else {  // e4m3 codes of v·2⁻⁹ (cuda/common/int4_decode.cuh), bytes as below
+              b[nt][0] = decode_low_nibbles_e4m3(word);
+              b[nt][1] = decode_high_nibbles_e4m3(word);
+            }
+          } else if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
             // u = v + 8 in a nibble; moved to the high half of its byte, 16u = 16v + 128, and
             // XOR 0x80 leaves 16v as an int8 (16v ∈ [-128, 112]). One LOP3 for the high nibbles,
             // a shift and a LOP3 for the low ones.
@@ -743,6 +790,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) ptx::mma_s4_16864(acc[mt][nt], af[cur][mt], b[nt]);
+      } else if constexpr (kFp8ViaF16) {
+        // Two f16 m16n8k16 MMAs per k32 step, on f16 operands permuted in k the same way: the
+        // s8-layout registers hold k 4c..4c+3 (a[0], a[1], b[0]) and k 16+4c.. (a[2], a[3], b[1]);
+        // their bytes 0, 1 become the f16 MMA's k slots 2c, 2c+1 and bytes 2, 3 its slots 8+2c,
+        // 9+2c, the first MMA taking k 0..15 and the second k 16..31. The weights' low nibbles
+        // are k 4c.. and their high nibbles k 16+4c.. (the packed layout's bytes).
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint32_t(&a)[4] = af[cur][mt];
+          uint32_t a16[2][4];
+          ptx::e4m3x4_to_f16x2x2(a[0], a16[0][0], a16[0][2]);
+          ptx::e4m3x4_to_f16x2x2(a[1], a16[0][1], a16[0][3]);
+          ptx::e4m3x4_to_f16x2x2(a[2], a16[1][0], a16[1][2]);
+          ptx::e4m3x4_to_f16x2x2(a[3], a16[1][1], a16[1][3]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t word = b[nt][0];
+            uint32_t b16[2][2];  // [MMA][register]
+            s4_pair_to_f16x2(byte_perm(word, 0u, 0x4140u), b16[0][0], b16[1][0]);
+            s4_pair_to_f16x2(byte_perm(word, 0u, 0x4342u), b16[0][1], b16[1][1]);
+            ptx::mma_16816<true>(acc[mt][nt], a16[0], b16[0]);
+            ptx::mma_16816<true>(acc[mt][nt], a16[1], b16[1]);
+          }
+        }
+      } else if constexpr (Cfg::kFp8) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) ptx::mma_e4m3_16832(acc[mt][nt], af[cur][mt], b[nt]);
       } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -769,19 +845,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             if constexpr (Cfg::kA4) {
               s0 = a4_scale(col);
               s1 = a4_scale(col + 1);
+            } else if constexpr (Cfg::kFp8) {
+              s0 = sc[col] * kFp8SumScale;  // exact: a power of two
+              s1 = sc[col + 1] * kFp8SumScale;
             } else {
               s0 = sc[col];
               s1 = sc[col + 1];
             }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              constexpr int sh = kAccShift;  // exact: the sums are multiples of 2^sh
-              facc[mt][nt][0] = fmaf(s0, float(acc[mt][nt][0] >> sh), facc[mt][nt][0]);
-              facc[mt][nt][1] = fmaf(s1, float(acc[mt][nt][1] >> sh), facc[mt][nt][1]);
-              facc[mt][nt][2] = fmaf(s0, float(acc[mt][nt][2] >> sh), facc[mt][nt][2]);
-              facc[mt][nt][3] = fmaf(s1, float(acc[mt][nt][3] >> sh), facc[mt][nt][3]);
+              // exact: the integer sums are multiples of 2^kAccShift
+              auto sum_of = [&](int e) {
+                if constexpr (Cfg::kFp8) return acc[mt][nt][e];
+                else return float(acc[mt][nt][e] >> kAccShift);
+              };
+              facc[mt][nt][0] = fmaf(s0, sum_of(0), facc[mt][nt][0]);
+              facc[mt][nt][1] = fmaf(s1, sum_of(1), facc[mt][nt][1]);
+              facc[mt][nt][2] = fmaf(s0, sum_of(2), facc[mt][nt][2]);
+              facc[mt][nt][3] = fmaf(s1, sum_of(3), facc[mt][nt][3]);
 #pragma unroll
-              for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0;
+              for (int e = 0; e < 4; ++e) acc[mt][nt][e] = Acc(0);
             }
           }
         }
@@ -793,18 +876,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- split-K: park the partial tile, let the last CTA of the tile finish it ---------------
   const int row_base = m0 + warp_m * Cfg::WM + (lane >> 2);
   const int col_base = n0 + warp_n * Cfg::WN + (lane & 3) * 2;
-  // The tile's partial sums as 4-byte values (int32, or f32 with the group epilogue), and the
-  // output value of a summed one (the float epilogues), for the split and residual epilogues.
-  using Sum = std::conditional_t<EPI == W4A8Epilogue::group, float, int32_t>;
+  // The tile's partial sums as 4-byte values (int32, or f32 with the group epilogue and with
+  // e4m3 activations), and the output value of a summed one (the float epilogues), for the split
+  // and residual epilogues.
+  using Sum = std::conditional_t<EPI == W4A8Epilogue::group || Cfg::kFp8, float, int32_t>;
   auto partial = [&](int mt, int nt, int e) {
     if constexpr (EPI == W4A8Epilogue::group) return __float_as_uint(facc[mt][nt][e]);
+    else if constexpr (Cfg::kFp8) return __float_as_uint(acc[mt][nt][e]);
     else return uint32_t(acc[mt][nt][e]);
   };
   [[maybe_unused]] auto sum_value = [&](int row, int col, Sum sum) {
     if constexpr (EPI == W4A8Epilogue::group)
-      return detail::finish<EPI>(p, a_scale(row), col, 0, sum);
+      return detail::finish<EPI>(p, a_scale(row), col, 0.0f, sum);
+    else if constexpr (Cfg::kFp8)
+      return detail::finish<EPI>(p, a_scale(row), col, sum * kFp8SumScale, 0.0f);
     else
-      return detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col, sum >> kAccShift, 0.0f);
+      return detail::finish<EPI, Cfg::kRowMajorW>(p, a_scale(row), col, float(sum >> kAccShift),
+                                                  0.0f);
   };
   if constexpr (Cfg::kResidual) {
     // The residual epilogue (LinearFusion's output side): the raw tile is parked in shared
@@ -890,19 +978,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         const int col = col_base + nt * 8;
         if (col >= p.n) continue;
         const bool two = col + 1 < p.n;
-        const int32_t i0 = acc[mt][nt][half * 2] >> kAccShift,
-                      i1 = acc[mt][nt][half * 2 + 1] >> kAccShift;
         if constexpr (EPI == W4A8Epilogue::s32) {
           int32_t* d = static_cast<int32_t*>(p.d) + int64_t(row) * p.ldd + col;
-          d[0] = i0;
-          if (two) d[1] = i1;
-          continue;
+          d[0] = acc[mt][nt][half * 2] >> kAccShift;
+          if (two) d[1] = acc[mt][nt][half * 2 + 1] >> kAccShift;
         } else {
+          // Accumulator e's sum as a float: the integer sum shifted back (exactly: a multiple
+          // of 2^kAccShift), or W4A-FP8's f32 sum (times 2⁹ on the e4m3 MMA, exact).
+          auto sum_of = [&](int e) {
+            if constexpr (Cfg::kFp8) return acc[mt][nt][e] * kFp8SumScale;
+            else return float(acc[mt][nt][e] >> kAccShift);
+          };
           const float s_a = a_scale(row);
-          const float v0 =
-              detail::finish<EPI, Cfg::kRowMajorW>(p, s_a, col, i0, facc_of(mt, nt, half * 2));
+          const float v0 = detail::finish<EPI, Cfg::kRowMajorW>(p, s_a, col, sum_of(half * 2),
+                                                                facc_of(mt, nt, half * 2));
           const float v1 =
-              two ? detail::finish<EPI, Cfg::kRowMajorW>(p, s_a, col + 1, i1, facc_of(mt, nt, half * 2 + 1))
+              two ? detail::finish<EPI, Cfg::kRowMajorW>(p, s_a, col + 1, sum_of(half * 2 + 1),
+                                                         facc_of(mt, nt, half * 2 + 1))
                   : 0.0f;
           store_float_pair(p.d, p.d_dtype, int64_t(row) * p.ldd + col, v0, v1, two);
         }
