@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -65,6 +66,20 @@ void expect_matches(const QuantizedActivation& qad, const PackedWeight& wd, cons
   linear(qad.view(), wd.view(), bias_d != nullptr ? &bias_v : nullptr, got.view());
   synchronize(Device::cuda());
   ASSERT_LE(rel_error(got, ref), tolerance(rv.dtype));
+}
+
+// Random weights of `f` packed on the GPU, and a random bf16 bias on both sides.
+struct Operands {
+  QuantizedWeight qw;
+  PackedWeight wd;
+  Tensor bias, bias_d;
+};
+Operands random_operands(const LinearFormat& f, int64_t n, int64_t k, test::Rng& rng) {
+  QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+  PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+  Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+  Tensor bias_d = bias.to(Device::cuda());
+  return {std::move(qw), std::move(wd), std::move(bias), std::move(bias_d)};
 }
 
 class CudaW4AFp8Linear : public ::testing::TestWithParam<LinearCase> {};
@@ -157,11 +172,8 @@ TEST(CudaW4AFp8, SplitKMatchesTheReference) {
   const int64_t n = 256, k = 8192;
   for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
     const LinearFormat f = parse_linear_format(name);
-    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
-    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
-    const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
-    const Tensor bias_d = bias.to(Device::cuda());
-    const TensorView bias_v = test::as_vector(bias);
+    const Operands o = random_operands(f, n, k, rng);
+    const TensorView bias_v = test::as_vector(o.bias);
     for (int64_t m : {1, 17, 64}) {
       SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m));
       EXPECT_NE(explain(f, m, n, k, Device::cuda()).find("split-K"), std::string::npos)
@@ -171,8 +183,8 @@ TEST(CudaW4AFp8, SplitKMatchesTheReference) {
       const QuantizedActivation qad = qa.to(Device::cuda());
       for (DType out : {DType::f32, DType::bf16}) {
         Tensor ref = Tensor::empty(out, {m, n});
-        linear(qa.view(), qw.view(), &bias_v, ref.view());
-        expect_matches(qad, wd, &bias_d, ref, "sm90_w4afp8_gemm");
+        linear(qa.view(), o.qw.view(), &bias_v, ref.view());
+        expect_matches(qad, o.wd, &o.bias_d, ref, "sm90_w4afp8_gemm");
       }
     }
   }
@@ -188,11 +200,8 @@ TEST(CudaW4AFp8, DecodeTilesSplitKMatchTheReference) {
   for (auto [n, k] : nk) {
     for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
       const LinearFormat f = parse_linear_format(name);
-      QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
-      const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
-      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
-      const Tensor bias_d = bias.to(Device::cuda());
-      const TensorView bias_v = test::as_vector(bias);
+      const Operands o = random_operands(f, n, k, rng);
+      const TensorView bias_v = test::as_vector(o.bias);
       for (int64_t m : {1, 5, 16, 17, 32}) {
         SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
                      " K=" + std::to_string(k));
@@ -205,8 +214,8 @@ TEST(CudaW4AFp8, DecodeTilesSplitKMatchTheReference) {
         const QuantizedActivation qad = qa.to(Device::cuda());
         for (DType out : {DType::f32, DType::bf16, DType::f16}) {
           Tensor ref = Tensor::empty(out, {m, n});
-          linear(qa.view(), qw.view(), &bias_v, ref.view());
-          expect_matches(qad, wd, &bias_d, ref, "sm80_w4afp8_gemm");
+          linear(qa.view(), o.qw.view(), &bias_v, ref.view());
+          expect_matches(qad, o.wd, &o.bias_d, ref, "sm80_w4afp8_gemm");
         }
       }
     }
