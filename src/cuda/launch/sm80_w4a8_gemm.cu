@@ -190,7 +190,7 @@ W4A8Plan plan_sm80_w4a8(int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
 
 std::string describe(const W4A8Plan& plan) {
   const char* decode = plan.a4                                     ? "int4 x int4"
-                       : plan.a_e4m3                                ? "int4 -> e4m3, f32 sums"
+                       : plan.a_e4m3                                ? "e4m3 activations, f32 sums"
                        : plan.weight_bits == 8                      ? "int8 weights"
                        : plan.decode == sm80::W4Decode::high_nibble ? "high_nibble"
                                                                     : "offset_xor";
