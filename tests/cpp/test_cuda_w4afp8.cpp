@@ -27,18 +27,12 @@ constexpr double kRelTolFp8F32Out = 2e-3;
 
 const std::vector<int64_t> kOddM = {1, 2, 3, 7, 15, 16, 17, 31, 64, 100, 127, 128, 255, 1000};
 
-bool hopper_kernel_here() {
-  const DeviceInfo info = cuda_device_info(0);
-  return info.cc_major == 9 && info.cc_minor == 0 &&
-         build_info().cuda_archs.find("90a") != std::string::npos;
-}
-
 // sm80_w4afp8_gemm's e4m3 mma.sync: sm_89+ code built for this GPU.
 bool sm80_fp8_kernel_here() {
   const DeviceInfo info = cuda_device_info(0);
   const std::string archs = build_info().cuda_archs;
   if (info.cc_major == 8 && info.cc_minor == 9) return archs.find("89") != std::string::npos;
-  return hopper_kernel_here();
+  return sm90a_kernels_here();
 }
 
 // The kernels a call of `format` can run here: the SIMT fallback always, the tensor-core
@@ -46,7 +40,7 @@ bool sm80_fp8_kernel_here() {
 std::vector<std::string> fp8_kernels(const LinearFormat& f) {
   std::vector<std::string> k = {"simt_linear"};
   const bool mma_format = f.weight.per_channel() || f.weight.group_size == 128;
-  if (hopper_kernel_here() && mma_format) k.push_back("sm90_w4afp8_gemm");
+  if (sm90a_kernels_here() && mma_format) k.push_back("sm90_w4afp8_gemm");
   if (sm80_fp8_kernel_here() && mma_format) k.push_back("sm80_w4afp8_gemm");
   return k;
 }
@@ -167,7 +161,7 @@ TEST(CudaW4AFp8, EveryWeightValueAndExtremeActivationsMatchTheReference) {
 // splits' f32 partials (the raw tile holds f32, not int32, for both fp8 formats).
 TEST(CudaW4AFp8, SplitKMatchesTheReference) {
   NIBBLE_REQUIRE_GPU();
-  if (!hopper_kernel_here()) GTEST_SKIP() << "sm90_w4afp8_gemm needs an sm_90a build on sm_90";
+  if (!sm90a_kernels_here()) GTEST_SKIP() << "sm90_w4afp8_gemm needs an sm_90a build on sm_90";
   test::Rng rng;
   const int64_t n = 256, k = 8192;
   for (const char* name : {"w4afp8_pc", "w4afp8_g128"}) {
@@ -258,7 +252,7 @@ TEST(CudaW4AFp8, ForcingAKernelThatCannotRunIsAnError) {
 // reference's tolerance. The last token and channel tiles lie partly past M and N.
 TEST(CudaW4AFp8, PersistentTilesMatchOneTilePerCta) {
   NIBBLE_REQUIRE_GPU();
-  if (!hopper_kernel_here()) GTEST_SKIP() << "sm90_w4afp8_gemm needs an sm_90a build on sm_90";
+  if (!sm90a_kernels_here()) GTEST_SKIP() << "sm90_w4afp8_gemm needs an sm_90a build on sm_90";
   test::Rng rng;
   const int64_t shapes[][3] = {{1000, 9000, 256}, {300, 17000, 384}};
   for (const auto& s : shapes) {
@@ -296,7 +290,7 @@ TEST(CudaW4AFp8, ExplainNamesTheKernelThatRuns) {
   NIBBLE_REQUIRE_GPU();
   const std::string pc = explain(parse_linear_format("w4afp8_pc"), 512, 4096, 4096, Device::cuda());
   const std::string g64 = explain(parse_linear_format("w4afp8_g64"), 512, 4096, 4096, Device::cuda());
-  EXPECT_NE(pc.find(hopper_kernel_here() ? "sm90_w4afp8_gemm" : "simt_linear on the packed"),
+  EXPECT_NE(pc.find(sm90a_kernels_here() ? "sm90_w4afp8_gemm" : "simt_linear on the packed"),
             std::string::npos)
       << pc;
   EXPECT_NE(g64.find("simt_linear on the packed"), std::string::npos) << g64;
