@@ -34,11 +34,6 @@ constexpr int64_t kSm90MinTokensSmallW4 = 33;
 constexpr int64_t kSmallW4Weights = int64_t(1) << 25;
 constexpr int64_t kSm90MinTokensOneWaveW8 = 9;
 
-// The int4-weight rule above: whether the wgmma kernel is the faster one at M.
-bool sm90_wins_int4(int64_t m, int64_t n_pad, int64_t k_pad) {
-  const bool small = n_pad * k_pad <= kSmallW4Weights;
-  return m >= (small ? kSm90MinTokensSmallW4 : kSm90MinTokens);
-}
 
 }  // namespace
 
@@ -74,7 +69,12 @@ W4AFp8Kernel w4afp8_kernel(int device, int64_t m, int64_t n_pad, int64_t k_pad,
                                     : "an sm_90a build on an sm_90 GPU)"));
     return k;
   }
-  if (sm90 && (!sm80 || sm90_wins_int4(m, n_pad, k_pad))) return W4AFp8Kernel::sm90_w4afp8_gemm;
+  // On Hopper sm80_w4afp8_gemm runs the fp8 products as f16 MMAs (no fp8 mma.sync there), twice
+  // the MMA work per weight byte of int8 and more conversion, so it wins only where the weight
+  // stream is all there is: below M = 17 (H200, 2026-11-29, six layers 4096x4096..8192x28672:
+  // M = 1 and 16 0.74-0.95x the wgmma kernel's time except 8192x28672, 0.96-1.08x; at M = 32 it
+  // lost on the layers of at most 2^25 weights, 1.10-1.28x, where int4 W4A8 keeps sm80).
+  if (sm90 && (!sm80 || m >= kSm90MinTokens)) return W4AFp8Kernel::sm90_w4afp8_gemm;
   if (sm80) return W4AFp8Kernel::sm80_w4afp8_gemm;
   return W4AFp8Kernel::simt_linear;
 }
@@ -89,7 +89,10 @@ bool use_sm90_int8_mma(int device, int64_t m, int64_t n_pad, int64_t k_pad,
                                                      {"sm80_w4a8_gemm", "sm90_w4a8_gemm"});
   if (!sm90_w4a8_available(device) || !sm90_w4a8_handles(epilogue, group)) return false;
   if (forced >= 0) return forced == 1;
-  if (!w8) return sm90_wins_int4(m, n_pad, k_pad);
+  if (!w8) {
+    const bool small = n_pad * k_pad <= kSmallW4Weights;
+    return m >= (small ? kSm90MinTokensSmallW4 : kSm90MinTokens);
+  }
   if (m >= kSm90MinTokens) return true;
   if (m < kSm90MinTokensOneWaveW8) return false;
   const int sms = cuda_device_info(device).sm_count;
