@@ -135,7 +135,7 @@ namespace {
 // generic SIMT kernel reading the packed layout (the same formula: f32 products and per-group
 // f32 sums). NIBBLE_W4AFP8_KERNEL forces one (tests run each on Hopper).
 W4AFp8Kernel w4afp8_kernel_for(int device, int64_t m, const PackedWeightView& w) {
-  return w4afp8_kernel(device, m, w.n_pad, w.k_pad, epilogue_of(w.format), w.format.group_size);
+  return w4afp8_kernel(device, m, epilogue_of(w.format), w.format.group_size);
 }
 
 void linear_packed_w4afp8(const QuantizedActivationView& a, const PackedWeightView& w,
@@ -396,7 +396,7 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   if (k % 32 != 0) return s + "; packed W4A8 weights need K % 32 == 0";
   if (format.act == ActScheme::e4m3_per_token) {
     const WeightFormat& wf = format.weight;
-    switch (w4afp8_kernel(device, m, n_pad, k_pad, epilogue_of(wf), wf.group_size)) {
+    switch (w4afp8_kernel(device, m, epilogue_of(wf), wf.group_size)) {
       case W4AFp8Kernel::sm90_w4afp8_gemm:
         return s + packed +
                describe(plan_sm90_w4a8(m, n_pad, k_pad, epilogue_of(wf), device, 4, true)) +

@@ -46,8 +46,7 @@ const char* to_string(W4AFp8Kernel kernel) {
   return "?";
 }
 
-W4AFp8Kernel w4afp8_kernel(int device, int64_t m, int64_t n_pad, int64_t k_pad,
-                           sm80::W4A8Epilogue epilogue, int group) {
+W4AFp8Kernel w4afp8_kernel(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group) {
   // The tensor-core kernels take the formats whose weights they decode to e4m3 (the int4 values
   // themselves, scaled per channel or per 128-wide group).
   const bool mma_format = sm90_w4a8_handles(epilogue, group, true);

@@ -30,8 +30,7 @@ const char* to_string(W4AFp8Kernel kernel);
 /// sm_89; the SIMT kernel on the packed layout otherwise. NIBBLE_W4AFP8_KERNEL=<name> forces
 /// one; a name that is not a kernel, or one that cannot run this call, is an invalid_argument
 /// error.
-W4AFp8Kernel w4afp8_kernel(int device, int64_t m, int64_t n_pad, int64_t k_pad,
-                           sm80::W4A8Epilogue epilogue, int group);
+W4AFp8Kernel w4afp8_kernel(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group);
 /// explain() text for the chosen family and its plan.
 std::string describe_int8_mma(int device, int64_t m, int64_t n, int64_t k,
                               sm80::W4A8Epilogue epilogue, int group, int weight_bits,
