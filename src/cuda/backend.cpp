@@ -407,7 +407,10 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
                describe(plan_sm80_w4a8(m, n_pad, k, k_pad, epilogue_of(wf), wf.group_size,
                                        info.sm_count, info.cc_major >= 9, 4, false, true)) +
                " on " + std::to_string(info.sm_count) +
-               " SMs (fp8 e4m3 mma.sync, the decode tiles)";
+               (info.cc_major >= 9
+                    ? " SMs (the decode tiles: f16 mma.sync on operands converted once, as "
+                      "sm_90 has no fp8 mma.sync; M <= 16)"
+                    : " SMs (the decode tiles: fp8 e4m3 mma.sync)");
       case W4AFp8Kernel::simt_linear: break;
     }
     return s + packed +
