@@ -71,7 +71,7 @@ W4AFp8Kernel w4afp8_kernel(int device, int64_t m, sm80::W4A8Epilogue epilogue, i
   // On Hopper sm80_w4afp8_gemm runs the fp8 products as f16 MMAs (no fp8 mma.sync there), twice
   // the MMA work per weight byte of int8 and more conversion, so it wins only where the weight
   // stream is all there is: below M = 17 (H200, 2026-11-29, six layers 4096x4096..8192x28672:
-  // M = 1 and 16 0.74-0.95x the wgmma kernel's time except 8192x28672, 0.96-1.08x; at M = 32 it
+  // M = 1 and 16 0.71-0.99x the wgmma kernel's time except 8192x28672, 0.96-1.08x; at M = 32 it
   // lost on the layers of at most 2^25 weights, 1.10-1.28x, where int4 W4A8 keeps sm80).
   if (sm90 && (!sm80 || m >= kSm90MinTokens)) return W4AFp8Kernel::sm90_w4afp8_gemm;
   if (sm80) return W4AFp8Kernel::sm80_w4afp8_gemm;
