@@ -134,13 +134,10 @@ namespace {
 // the thin mma.sync tiles at small M, the wgmma kernel above, per channel or G = 128), else the
 // generic SIMT kernel reading the packed layout (the same formula: f32 products and per-group
 // f32 sums). NIBBLE_W4AFP8_KERNEL forces one (tests run each on Hopper).
-W4AFp8Kernel w4afp8_kernel_for(int device, int64_t m, const PackedWeightView& w) {
-  return w4afp8_kernel(device, m, epilogue_of(w.format), w.format.group_size);
-}
-
 void linear_packed_w4afp8(const QuantizedActivationView& a, const PackedWeightView& w,
                           const TensorView* bias, const TensorView& d, Stream stream) {
-  const W4AFp8Kernel kernel = w4afp8_kernel_for(a.q.device.index, a.q.size(0), w);
+  const W4AFp8Kernel kernel = w4afp8_kernel(a.q.device.index, a.q.size(0), epilogue_of(w.format),
+                                            w.format.group_size);
   if (kernel != W4AFp8Kernel::simt_linear) {
     W4A8Launch l = w4a8_launch(a.q, w, bias, d);
     l.a_e4m3 = true;

@@ -224,8 +224,7 @@ TEST(CudaW4AFp8, ForcingAKernelThatCannotRunIsAnError) {
   const int64_t m = 3, n = 64, k = 256;
   for (const char* name : {"w4afp8_g64", "w4afp8_pc"}) {
     const LinearFormat f = parse_linear_format(name);
-    QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
-    const PackedWeight wd = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+    const Operands o = random_operands(f, n, k, rng);
     QuantizedActivation qa(f.act, m, k);
     quantize_activation(test::random_activations(DType::bf16, m, k, rng).view(), qa.view());
     const QuantizedActivation qad = qa.to(Device::cuda());
@@ -236,7 +235,7 @@ TEST(CudaW4AFp8, ForcingAKernelThatCannotRunIsAnError) {
       SCOPED_TRACE(std::string(name) + " " + kernel);
       const ScopedEnv force("NIBBLE_W4AFP8_KERNEL", kernel);
       try {
-        linear(qad.view(), wd.view(), nullptr, d.view());
+        linear(qad.view(), o.wd.view(), nullptr, d.view());
         FAIL() << "expected an invalid_argument error";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::invalid_argument);

@@ -34,7 +34,6 @@ constexpr int64_t kSm90MinTokensSmallW4 = 33;
 constexpr int64_t kSmallW4Weights = int64_t(1) << 25;
 constexpr int64_t kSm90MinTokensOneWaveW8 = 9;
 
-
 }  // namespace
 
 const char* to_string(W4AFp8Kernel kernel) {

@@ -26,8 +26,8 @@ void launch_int8_mma(const W4A8Launch& launch, Stream stream);
 enum class W4AFp8Kernel { sm80_w4afp8_gemm, sm90_w4afp8_gemm, simt_linear };
 const char* to_string(W4AFp8Kernel kernel);
 /// Which one runs: for per-channel and g128 weights the thin mma.sync tiles (sm80_w4afp8_gemm)
-/// below M = 17 and sm90_w4afp8_gemm from there on Hopper; sm80_w4afp8_gemm at every M on an sm_89 build for
-/// sm_89; the SIMT kernel on the packed layout otherwise. NIBBLE_W4AFP8_KERNEL=<name> forces
+/// below M = 17 and sm90_w4afp8_gemm from there on Hopper; sm80_w4afp8_gemm at every M on an
+/// sm_89 build for sm_89; the SIMT kernel on the packed layout otherwise. NIBBLE_W4AFP8_KERNEL=<name> forces
 /// one; a name that is not a kernel, or one that cannot run this call, is an invalid_argument
 /// error.
 W4AFp8Kernel w4afp8_kernel(int device, int64_t m, sm80::W4A8Epilogue epilogue, int group);

@@ -6,13 +6,14 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "common/check.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm80_w4a8_gemm.h"
+#include "cuda/launch/built_archs.h"
 #include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/pdl_launch.h"
+#include "cuda/launch/sm90_w4a8_gemm.h"
 #include "cuda/launch/split_k_workspace.h"
 #include "cuda/launch/sm80_w4a8_instances.cuh"
 #include "nibble/device.h"
@@ -115,24 +116,10 @@ constexpr int kMinKBlocksPerClusterSplit = 2;
 }  // namespace
 
 bool sm80_w4afp8_available(int device) {
-  // The build's targets ("80,90a"), as separate names.
-  static const std::vector<std::string> archs = [] {
-    std::vector<std::string> v;
-    std::string all = NIBBLE_CUDA_ARCHS_STRING, cur;
-    for (char c : all + ",") {
-      if (c == ',' || c == ';') {
-        if (!cur.empty()) v.push_back(cur);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-    return v;
-  }();
-  auto built = [&](const char* a) { return std::find(archs.begin(), archs.end(), a) != archs.end(); };
   const DeviceInfo info = cuda_device_info(device);
-  if (info.cc_major == 9 && info.cc_minor == 0) return built("90a") || built("90");
-  if (info.cc_major == 8 && info.cc_minor == 9) return built("89");
+  if (info.cc_major == 9 && info.cc_minor == 0)
+    return cuda_code_built("90a") || cuda_code_built("90");
+  if (info.cc_major == 8 && info.cc_minor == 9) return cuda_code_built("89");
   return false;  // sm_80/86: no fp8 MMA; newer GPUs: no code of theirs built for it yet
 }
 
@@ -211,8 +198,7 @@ void launch_sm80_w4a8(const W4A8Launch& l, Stream stream) {
   const DeviceInfo dev = cuda_device_info(l.device);
   if (l.a_e4m3 && (!sm80_w4afp8_available(l.device) || l.weight_bits != 4 || l.a4 ||
                    l.x != nullptr || l.residual_fusion() ||
-                   !(l.epilogue == W4A8Epilogue::per_channel ||
-                     (l.epilogue == W4A8Epilogue::group && l.group == 128))))
+                   !sm90_w4a8_handles(l.epilogue, l.group, true)))  // the W4A-FP8 MMA formats
     nibble::detail::fail(ErrorCode::internal,
                          "sm80_w4afp8_gemm: needs sm_89+ code for this GPU, int4 weights per "
                          "channel or g128 and e4m3 activations quantized by the caller");

@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/cuda_runtime_check.h"
 #include "cuda/launch/sm90_w4a8_gemm.h"
+#include "cuda/launch/built_archs.h"
 #include "cuda/launch/dynamic_smem.h"
 #include "cuda/launch/pdl_launch.h"
 #include "cuda/launch/sm90_tiling.h"
@@ -159,8 +160,7 @@ int stages_of(W4A8Epilogue e, int weight_bits, bool a_e4m3, bool persistent) {
 }  // namespace
 
 bool sm90_w4a8_available(int device) {
-  static const bool compiled = std::string(NIBBLE_CUDA_ARCHS_STRING).find("90a") != std::string::npos;
-  if (!compiled) return false;
+  if (!cuda_code_built("90a")) return false;
   const DeviceInfo info = cuda_device_info(device);
   return info.cc_major == 9 && info.cc_minor == 0;
 }
