@@ -56,12 +56,14 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 /// With W4A8 weights (layout w4_mma_k128) the activations x (M, K) f32/f16/bf16 are quantized
 /// per token to int8 (dynamic, the same codes and scales as quantize_activation), so the result
 /// equals quantize_activation + the quantized-activation overload (bit for bit when the same
-/// kernel runs both; the f32 epilogue's rounding may differ between kernels). On CUDA, for
-/// M ≤ 4 where each CTA's rows of its K range fit in 16 KB of shared memory (M = 1: any layer
-/// up to K = 16368 per split), the quantization runs inside the GEMM (one launch; explain()
-/// says which); otherwise the activation kernel quantizes into a per-stream workspace
-/// (allocated on the first call: capture CUDA graphs after a warm-up call) and the int8
-/// kernels follow. NIBBLE_FUSED_ACT_QUANT=0 takes the two launches everywhere.
+/// kernel runs both; the f32 epilogue's rounding may differ between kernels). On CUDA the
+/// activation kernel quantizes into a per-stream workspace (allocated on the first call:
+/// capture CUDA graphs after a warm-up call) and the int8 kernels follow: two launches, measured
+/// faster than quantizing inside the GEMM. With a LinearFusion that fuses a norm or a residual
+/// (below), for M ≤ 4 where each
+/// CTA's rows of its K range fit in 16 KB of shared memory (M = 1: any layer up to K = 16368 per
+/// split), the quantization runs inside the GEMM instead (one launch, with the fusions).
+/// NIBBLE_FUSED_ACT_QUANT=1 fuses wherever it fits, =0 never; explain() says which runs.
 void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);
 

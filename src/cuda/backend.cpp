@@ -1,7 +1,6 @@
 // The CUDA backend behind the public API: kernel-specific preconditions, selection, launch.
 #include "cuda/backend.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "common/check.h"
@@ -184,16 +183,32 @@ sm80::WeightOnlyDequant dequant_of(const WeightFormat& w) {
 }  // namespace
 
 namespace {
-// W4A8 packed weights with float activations. Where sm80_w4a8_gemm's m16 tile can hold its
-// rows of its K range resident (fused_quant_fits: M ≤ 4, M · K range ≤ 16 KB), the
-// quantization runs inside the GEMM (one launch: each CTA finds the rows' max |x|, with a cluster
-// split-K tile's CTAs sharing theirs, and quantizes its K range once). Otherwise the activation
-// kernel quantizes into the stream's activation workspace and the int8-activation kernels run
-// (two launches). Both give the codes and scales of quantize_activation. NIBBLE_FUSED_ACT_QUANT=0
-// takes the two launches everywhere (for A/B measurements).
-bool fused_act_quant_enabled() {  // read on every call: tests and benches switch it
-  const char* v = std::getenv("NIBBLE_FUSED_ACT_QUANT");
-  return v == nullptr || v[0] != '0';
+// W4A8 packed weights with float activations: either the activation kernel quantizes x into
+// the stream's activation workspace and the int8-activation kernels run (two launches), or,
+// where sm80_w4a8_gemm's m16 tile can hold its rows of its K range resident (fused_quant_fits:
+// M ≤ 4, M · K range ≤ 16 KB), the quantization runs inside the GEMM (one launch: each CTA finds
+// the rows' max |x|, with a cluster split-K tile's CTAs sharing theirs, and quantizes its K
+// range once). Both give the codes and scales of quantize_activation.
+// Which one runs: a plain linear(x, packed) takes the two launches, as every measurement since
+// the overlapping (PDL) launch found the in-GEMM quantization slower at M = 1 (each of the many
+// split-K CTAs re-reads and re-reduces x: 1.05–1.28x the two launches' time on the H200, five
+// runs, docs/kernels.md). A linear with a LinearFusion (the runner's residual stream) fuses
+// where it fits, as there the GEMM also does the RMSNorm and the residual store that would
+// otherwise be launches of their own. NIBBLE_FUSED_ACT_QUANT overrides both: 1 fuses wherever
+// it fits, 0 never (A/B measurements).
+enum class FusedActQuant { plain_two_launches, everywhere, never };
+FusedActQuant fused_act_quant_setting() {  // read on every call: tests and benches switch it
+  switch (nibble::detail::env_choice("NIBBLE_FUSED_ACT_QUANT", {"0", "1"})) {
+    case 0: return FusedActQuant::never;
+    case 1: return FusedActQuant::everywhere;
+    default: return FusedActQuant::plain_two_launches;
+  }
+}
+// Whether the in-GEMM quantization is allowed for a linear with (`fusion`) or without a
+// LinearFusion.
+bool fused_act_quant_enabled(bool fusion) {
+  const FusedActQuant s = fused_act_quant_setting();
+  return s == FusedActQuant::everywhere || (fusion && s == FusedActQuant::plain_two_launches);
 }
 
 // sm80_w4a8_gemm's plan for a packed W4A8 problem at M.
@@ -204,10 +219,11 @@ W4A8Plan sm80_plan(int device, int64_t m, int64_t n_pad, int64_t k, int64_t k_pa
                         info.cc_major >= 9);
 }
 
-// Whether linear(x, packed) quantizes x inside sm80_w4a8_gemm for this packed W4A8 problem.
+// Whether linear(x, packed) without a LinearFusion quantizes x inside sm80_w4a8_gemm for this
+// packed W4A8 problem.
 bool fused_act_quant_runs(int device, int64_t m, int64_t n_pad, int64_t k, int64_t k_pad,
                           const WeightFormat& w) {
-  return fused_act_quant_enabled() &&
+  return fused_act_quant_enabled(false) &&
          fused_quant_fits(sm80_plan(device, m, n_pad, k, k_pad, w), m);
 }
 
@@ -275,7 +291,7 @@ void linear_packed(const TensorView& x, const PackedWeightView& w, const TensorV
   const int64_t m = x.size(0), k = x.size(1);
   const int device = x.device.index;
   const W4A8Plan plan = sm80_plan(device, m, w.n_pad, w.k, w.k_pad, w.format);
-  const bool fused = fused_act_quant_enabled() && fused_quant_fits(plan, m);
+  const bool fused = fused_act_quant_enabled(true) && fused_quant_fits(plan, m);
   if (fused && x.dtype == DType::f32 && d.dtype == DType::f32 &&
       residual_fusion_fits(plan, m, cuda_device_info(device).cc_major)) {
     W4A8Launch l = fused_quant_launch(x, w, bias, d);
@@ -417,16 +433,26 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   s += packed + describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
                                   format.weight.group_size, 4);
   if (format.act != ActScheme::s8_per_token) return s;
+  std::string two_launches = "act_quant quantizes them first (two launches: ";
+  switch (fused_act_quant_setting()) {
+    case FusedActQuant::plain_two_launches:
+      two_launches += "measured faster than quantizing inside the GEMM; a LinearFusion, or "
+                      "NIBBLE_FUSED_ACT_QUANT=1, fuses it where M <= " +
+                      std::to_string(kFusedQuantMaxTokens) + " and M x the K range per CTA <= "
+                      "16 KB)";
+      break;
+    case FusedActQuant::everywhere:
+      two_launches += "the fused path needs M <= " + std::to_string(kFusedQuantMaxTokens) +
+                      " and M x the K range per CTA <= 16 KB)";
+      break;
+    case FusedActQuant::never: two_launches += "NIBBLE_FUSED_ACT_QUANT=0)"; break;
+  }
   return s + "; with float activations (linear(x, packed)) " +
          (fused_act_quant_runs(device, m, n_pad, k, k_pad, format.weight)
               ? std::string("the per-token quantization is fused into sm80_w4a8_gemm's 16-row "
                             "tile (one launch: the rows of each CTA's K range quantized once "
                             "into shared memory)")
-              : std::string("act_quant quantizes them first (two launches: ") +
-                    (fused_act_quant_enabled()
-                         ? "the fused path needs M <= " + std::to_string(kFusedQuantMaxTokens) +
-                               " and M x the K range per CTA <= 16 KB)"
-                         : "NIBBLE_FUSED_ACT_QUANT=0)"));
+              : two_launches);
 }
 
 }  // namespace nibble::cuda

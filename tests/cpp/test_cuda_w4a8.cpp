@@ -121,9 +121,9 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(p.param.format) + "_" + to_string(p.param.out);
     });
 
-// Float activations with W4A8 weights: quantized per token inside the GEMM where the m16 tile
-// holds its rows of its K range (fused_quant_fits; one launch), by the activation kernel
-// otherwise or with NIBBLE_FUSED_ACT_QUANT=0. Either way the int8 codes and scales are those of
+// Float activations with W4A8 weights: quantized per token by the activation kernel (the
+// default, and NIBBLE_FUSED_ACT_QUANT=0), or inside the GEMM with NIBBLE_FUSED_ACT_QUANT=1 where
+// the m16 tile holds its rows of its K range (fused_quant_fits; one launch). Either way the int8 codes and scales are those of
 // quantize_activation, so with the same kernel (sm80_w4a8_gemm forced) the output bytes equal
 // quantize_activation + linear, fused or not; with the dispatcher's choice, the CPU reference's
 // tolerance.
@@ -183,12 +183,24 @@ TEST_P(CudaW4A8Linear, FloatActivationsMatchQuantizeThenLinear) {
   }
 }
 
-// Where the fused path runs, as explain() reports it: M = 1 on any of these layers, up to
-// kFusedQuantMaxTokens (4) where the M rows of the CTA's K range fit in the resident 16 KB.
+// Where the fused path runs, as explain() reports it: by default nowhere for a plain linear
+// (only under a LinearFusion); with NIBBLE_FUSED_ACT_QUANT=1 at M = 1 on any of these layers,
+// up to kFusedQuantMaxTokens (4) where the M rows of the CTA's K range fit in the resident 16 KB.
 TEST(CudaW4A8, ExplainSaysWhereTheQuantizationIsFused) {
   NIBBLE_REQUIRE_GPU();
   const LinearFormat f = parse_linear_format("w4a8_pc");
   const std::string fused = "fused into sm80_w4a8_gemm";
+  {
+    const ScopedEnv unset("NIBBLE_FUSED_ACT_QUANT", "");  // empty: as if unset
+    const std::string s = explain(f, 1, 4096, 4096, Device::cuda());
+    EXPECT_EQ(s.find(fused), std::string::npos) << s;
+    EXPECT_NE(s.find("act_quant quantizes them first"), std::string::npos) << s;
+  }
+  {
+    const ScopedEnv bad("NIBBLE_FUSED_ACT_QUANT", "yes");
+    EXPECT_THROW(explain(f, 1, 4096, 4096, Device::cuda()), Error);
+  }
+  const ScopedEnv everywhere("NIBBLE_FUSED_ACT_QUANT", "1");
   EXPECT_NE(explain(f, 1, 4096, 4096, Device::cuda()).find(fused), std::string::npos);
   EXPECT_NE(explain(f, 1, 28672, 4096, Device::cuda()).find(fused), std::string::npos);
   EXPECT_NE(explain(f, 1, 4096, 14336, Device::cuda()).find(fused), std::string::npos);
@@ -204,7 +216,9 @@ TEST(CudaW4A8, ExplainSaysWhereTheQuantizationIsFused) {
 #if NIBBLE_WITH_CUDA
 TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
   NIBBLE_REQUIRE_GPU();
-  // The decode step's linear: bf16 in, bf16 out, one launch, inside a captured graph.
+  // The decode step's linear: bf16 in, bf16 out, one launch (NIBBLE_FUSED_ACT_QUANT=1: a plain
+  // linear fuses only when asked), inside a captured graph.
+  const ScopedEnv everywhere("NIBBLE_FUSED_ACT_QUANT", "1");
   test::Rng rng;
   const int64_t m = 1, n = 4096, k = 4096;
   QuantizedWeight qw = test::random_quantized_weight(parse_weight_format("w4_g128"), n, k, rng);
