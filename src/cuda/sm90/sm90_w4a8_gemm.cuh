@@ -332,25 +332,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
         }
       };
-      // Launched to overlap the kernel before it (p.overlap: one tile per CTA), the first
-      // stages' weights load before waiting for that kernel, their activations after.
-      int early = 0;
       if (!kPersistent && p.overlap) {
+        // Launched to overlap the kernel before it (one tile per CTA): the first stages'
+        // weights load before waiting for that kernel, their activations after.
         const TileCoord tile = tile_at(first_tile);
-        early = load_tma_stages_overlapped(
-            kb_begin, num_kb < STAGES ? num_kb : STAGES, [&](int s, int kb, int parts) {
-              load_stage(s, kb, tile.m * BM, tile.n * BN, parts);
-            });
-      }
-      // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
-      for (int tile_seq = first_tile, it = early; tile_seq < tile_count; tile_seq += tile_stride) {
-        const TileCoord tile = tile_at(tile_seq);
         const int m0 = tile.m * BM, n0 = tile.n * BN;
-        for (int kb = kb_begin + (tile_seq == first_tile ? early : 0); kb < kb_begin + num_kb;
-             ++kb, ++it) {
+        const int early = load_tma_stages_overlapped(
+            kb_begin, num_kb < STAGES ? num_kb : STAGES,
+            [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
+        for (int it = early; it < num_kb; ++it) {
           const int s = it % STAGES;
           if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-          load_stage(s, kb, m0, n0, kStageAll);
+          load_stage(s, kb_begin + it, m0, n0, kStageAll);
+        }
+      } else {
+        // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
+        for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
+          const TileCoord tile = tile_at(tile_seq);
+          const int m0 = tile.m * BM, n0 = tile.n * BN;
+          for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+            const int s = it % STAGES;
+            if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            load_stage(s, kb, m0, n0, kStageAll);
+          }
         }
       }
     }

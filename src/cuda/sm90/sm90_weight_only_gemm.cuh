@@ -242,29 +242,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           }
         }
       };
-      // Launched to overlap the kernel before it (p.overlap: one tile per CTA), the first
-      // stages' weights load before waiting for that kernel, their activations after.
-      int early = 0;
       if (!kPersistent && p.overlap) {
+        // Launched to overlap the kernel before it (one tile or split per CTA): the first
+        // stages' weights load before waiting for that kernel, their activations after.
         const TileCoord tile = tile_at(0);
-        const int num_kb = one_tile.kb_end - one_tile.kb_begin;
-        early = load_tma_stages_overlapped(
-            one_tile.kb_begin, num_kb < STAGES ? num_kb : STAGES, [&](int s, int kb, int parts) {
-              load_stage(s, kb, tile.m * BM, tile.n * BN, parts);
-            });
-      }
-      // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
-      int it = early;
-      for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
-                                    [&](const TileSegment& seg) {
-        const TileCoord tile = tile_at(seg.tile_seq);
         const int m0 = tile.m * BM, n0 = tile.n * BN;
-        for (int kb = seg.kb_begin + (kPersistent ? 0 : early); kb < seg.kb_end; ++kb, ++it) {
+        const int num_kb = one_tile.kb_end - one_tile.kb_begin;
+        const int early = load_tma_stages_overlapped(
+            one_tile.kb_begin, num_kb < STAGES ? num_kb : STAGES,
+            [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
+        for (int it = early; it < num_kb; ++it) {
           const int s = it % STAGES;
           if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-          load_stage(s, kb, m0, n0, kStageAll);
+          load_stage(s, one_tile.kb_begin + it, m0, n0, kStageAll);
         }
-      });
+      } else {
+        // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
+        int it = 0;
+        for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
+                                      [&](const TileSegment& seg) {
+          const TileCoord tile = tile_at(seg.tile_seq);
+          const int m0 = tile.m * BM, n0 = tile.n * BN;
+          for (int kb = seg.kb_begin; kb < seg.kb_end; ++kb, ++it) {
+            const int s = it % STAGES;
+            if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            load_stage(s, kb, m0, n0, kStageAll);
+          }
+        });
+      }
     }
     producer_passes_tile_barriers(p.cluster_split);
     return;
