@@ -1,10 +1,10 @@
 // GPU tests of overlapping launches (programmatic dependent launch, cuda/launch/pdl_launch.h).
-// A chain of decode-sized linears in which every call reads what the kernel just before it
-// wrote (bf16 in, bf16 out: activation quantization, then the GEMM; or the weight-only GEMM),
-// on one stream with nothing in between, so each launch may start while its producer still
-// runs. A kernel that read its inputs, or wrote anything, before waiting for the earlier
-// kernels would see the poisoned buffers or race with them. The chain is compared bit for bit
-// with the same chain run one call at a time (the stream drained before each launch, so
+// A chain of decode- and prefill-sized linears in which every call reads what the kernel just
+// before it wrote (bf16 in, bf16 out: activation quantization, then the GEMM; or the
+// weight-only GEMM), on one stream with nothing in between, so each launch may start while its
+// producer still runs. A kernel that read its inputs, or wrote anything, before waiting for the
+// earlier kernels would see the poisoned buffers or race with them. The chain is compared bit
+// for bit with the same chain run one call at a time (the stream drained before each launch, so
 // nothing can overlap), eagerly, and the captured graph of the chain replays to the same result.
 // Each test skips, saying why, without a usable GPU.
 #include <gtest/gtest.h>
@@ -21,38 +21,66 @@ namespace {
 
 #if NIBBLE_WITH_CUDA
 struct Chain {
-  std::vector<PackedWeight> weights;
-  std::vector<Tensor> acts;  // acts[0] is the input, acts[i + 1] = linear(acts[i], weights[i])
+  // Layer i's weights: packed (W4A8 and W4A16: linear(x, packed), float in), or logical on the
+  // GPU (W8A8: quantize_activation into qa, then linear(qa, w)).
+  std::vector<PackedWeight> packed;
+  std::vector<QuantizedWeight> logical;
+  std::vector<bool> is_packed;
+  std::vector<QuantizedActivation> qa;  // layer i's int8 activations (W8A8 layers)
+  std::vector<Tensor> acts;  // acts[0] is the input, acts[i + 1] = linear(acts[i], layer i)
 
   // Every call, queued back to back; `drain` waits for the stream before each launch.
   void run(cudaStream_t stream, bool drain) {
-    for (size_t i = 0; i < weights.size(); ++i) {
+    for (size_t i = 0, p = 0, l = 0; i < is_packed.size(); ++i) {
       if (drain) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       }
-      linear(acts[i].view(), weights[i].view(), nullptr, acts[i + 1].view(), stream);
+      if (is_packed[i]) {
+        linear(acts[i].view(), packed[p++].view(), nullptr, acts[i + 1].view(), stream);
+        continue;
+      }
+      quantize_activation(acts[i].view(), qa[l].view(), stream);
+      if (drain) {
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      }
+      linear(qa[l].view(), logical[l].view(), nullptr, acts[i + 1].view(), stream);
+      ++l;
     }
   }
   void poison() {
     for (size_t i = 1; i < acts.size(); ++i) acts[i].fill_bytes(0xFF);
+    for (QuantizedActivation& a : qa) {
+      a.q.fill_bytes(0x7F);
+      a.scales.fill_bytes(0xFF);
+    }
   }
 };
 
-// Formats whose decode path runs the overlapping kernels (W4A8: act_quant + sm80_w4a8_gemm's
-// thin tiles; W4A16: sm80_weight_only_gemm's), alternated; square layers, K = 4096, so the
-// split-K decode plans (workspace and counters reused by the next call) are in the chain too.
+// Formats whose decode and small-prefill paths run the overlapping kernels, alternated:
+// W4A8 (act_quant + sm80_w4a8_gemm's thin tiles at M ≤ 32; on Hopper sm90_w4a8_gemm's cluster
+// split grids at M = 64), W4A16 (sm80_weight_only_gemm; sm90_weight_only_gemm's cluster splits
+// at M = 256), W8A8 (act_quant + sm80_w8a8_gemm / sm90_w8a8_gemm's cluster splits at M = 64);
+// square layers, K = 4096, so the split-K plans (workspace and counters reused by the next call,
+// or a tile's splits in one cluster) are in the chain too.
 Chain make_chain(int64_t m, test::Rng& rng) {
   const int64_t d = 4096;
   Chain c;
-  for (const char* name : {"w4a8_pc", "w4a16_g128", "w4a8_g128", "w4a8_g128_2level", "w4a8_pc",
-                           "w4a16_g128_asym"}) {
+  for (const char* name : {"w4a8_pc", "w4a16_g128", "w8a8", "w4a8_g128", "w4a8_g128_2level",
+                           "w4a8_pc", "w8a8", "w4a16_g128_asym"}) {
     const LinearFormat f = parse_linear_format(name);
     // σ = 1/√K keeps the activations' magnitude about 1 through the chain.
     const QuantizedWeight qw = test::random_quantized_weight(f.weight, d, d, rng, 1.0 / 64.0);
-    c.weights.push_back(pack_weight(qw.view(), packed_layout(f), Device::cuda()));
+    const bool packed = f.weight.scheme != WeightScheme::s8_sym;  // W8A8 runs the logical one
+    c.is_packed.push_back(packed);
+    if (packed) {
+      c.packed.push_back(pack_weight(qw.view(), packed_layout(f), Device::cuda()));
+    } else {
+      c.logical.push_back(qw.to(Device::cuda()));
+      c.qa.emplace_back(f.act, m, d, Device::cuda());
+    }
   }
   c.acts.push_back(test::random_activations(DType::bf16, m, d, rng).to(Device::cuda()));
-  for (size_t i = 0; i < c.weights.size(); ++i)
+  for (size_t i = 0; i < c.is_packed.size(); ++i)
     c.acts.push_back(Tensor::empty(DType::bf16, {m, d}, Device::cuda()));
   return c;
 }
@@ -60,7 +88,7 @@ Chain make_chain(int64_t m, test::Rng& rng) {
 TEST(CudaOverlappedLaunch, ChainedDecodeLinearsEqualOneCallAtATime) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;
-  for (int64_t m : {1, 5, 16}) {
+  for (int64_t m : {1, 5, 16, 64, 256}) {
     SCOPED_TRACE("M=" + std::to_string(m));
     Chain c = make_chain(m, rng);
     cudaStream_t stream;
@@ -98,7 +126,7 @@ TEST(CudaOverlappedLaunch, ChainedDecodeLinearsReplayInACudaGraph) {
                   cudaSuccess);
       },
       eager, replay, &nodes);
-  EXPECT_GE(nodes, c.weights.size());
+  EXPECT_GE(nodes, c.is_packed.size());
 }
 #endif
 

@@ -46,6 +46,14 @@ inline bool overlap_split_k_launch(int cc_major, int splits) {
   return overlapping_launch_allowed(cc_major) && splits > 1;
 }
 
+/// Whether an sm90 warp-specialised GEMM plan (sm90_w4a8_gemm, sm90_weight_only_gemm) launches
+/// to overlap the kernel before it: cluster-split grids only. Those are one wave of one tile (or
+/// split) per CTA, so the first stages' weights can load while that kernel finishes; persistent
+/// and paired grids walk or share tiles and launch plainly.
+inline bool overlap_cluster_split_launch(bool cluster_split) {
+  return cluster_split && overlapping_launch_allowed(9);
+}
+
 /// Weight blocks per row that a decode GEMM asks L2 for, past the ring stages it loads before
 /// waiting for the kernel before it (NIBBLE_PREFETCH_BLOCKS sets it; 0: none). Launched to
 /// overlap (`overlap`), where every prologue stage's weights already load before the wait:

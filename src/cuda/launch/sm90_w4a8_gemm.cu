@@ -66,7 +66,7 @@ void launch_config(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap
   if (p.cluster_split || p.multicast_a) {
     // Split tiles: clusters of (1, 1, splits). Multicast: CTA pairs (2, 1, 1).
     const dim3 cluster = p.multicast_a ? dim3(2, 1, 1) : dim3(1, 1, grid.z);
-    launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
+    launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p.overlap,
                        cluster, a, w, g, d, p);
     return;
   }
@@ -387,6 +387,7 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.kblocks_per_split = plan.kblocks_per_split;
   p.w_scale_dtype = l.w_scale_dtype;
   p.cluster_split = plan.cluster_split;
+  p.overlap = overlap_cluster_split_launch(plan.cluster_split);
   p.multicast_a = plan.multicast_a;
   p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;

@@ -52,7 +52,7 @@ void launch_config(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 gri
   constexpr auto kernel = sm90::sm90_weight_only_gemm_kernel<Cfg>;
   allow_dynamic_smem<kernel>(Cfg::kSmemBytes);
   if (p.cluster_split) {  // the splits of a tile are one cluster: cluster dims (1, 1, splits)
-    launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, false,
+    launch_overlapping(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p.overlap,
                        grid.z, m.x, m.w, m.s, m.z, p);
     return;
   }
@@ -249,6 +249,7 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.group_shift = group_shift(l.group);
   p.kblocks_per_split = plan.kblocks_per_split;
   p.cluster_split = plan.cluster_split;
+  p.overlap = overlap_cluster_split_launch(plan.cluster_split);
   p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;

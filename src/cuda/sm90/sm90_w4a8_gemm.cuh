@@ -98,6 +98,10 @@
 //      every tile's cluster fits in one wave; the partial tiles are summed over distributed
 //      shared memory), or go through a workspace of splits·M·N 4-byte partials and a per-tile
 //      counter, the last CTA of a tile reducing; both sum in split order (deterministic).
+//      Cluster-split grids (one tile per CTA) launch to overlap the kernel before them
+//      (p.overlap, cuda/launch/pdl_launch.h): the producer issues the weight loads of the first
+//      min(STAGES, K blocks) stages before griddepcontrol.wait and their activation loads after
+//      it; the consumers wait before reading the per-token scales or writing the output.
 //   4. Persistent CTAs hide the next tile's pipeline fill and (16-bit outputs) its global
 //      stores behind the next main loop, not the epilogue's arithmetic: the consumers hold one
 //      accumulator set. The TMA buffer takes the room of one stage at BM = 256 (4 stages, or
@@ -120,6 +124,7 @@
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
+#include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
@@ -157,6 +162,9 @@ struct W4A8WgmmaParams {
   // Persistent CTAs with a 16-bit output TMA can address (tmap_d): the tile leaves by TMA
   // stores (store_tile_by_tma) instead of through the slab.
   bool tma_store = false;
+  // Launched to overlap the kernel before it (cluster-split grids, one tile per CTA, no
+  // multicast): the producer issues the first stages' weight loads before griddepcontrol.wait.
+  bool overlap = false;
 };
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false,
@@ -276,6 +284,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int num_kb = kPersistent ? p.kblocks : min(p.kblocks - kb_begin, p.kblocks_per_split);
 
   const int tid = threadIdx.x, wg = tid / 128;
+  // Launched to overlap (p.overlap), the next kernel may start its own prologue now: it waits
+  // for this grid before reading anything it writes.
+  if (!kPersistent && p.overlap) ptx::griddep_launch_dependents();
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbarrier_init(&full[s], 1);
@@ -298,15 +309,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ------------------------------------------------------------------------------
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
-      // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
-      for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
-        const TileCoord tile = tile_at(tile_seq);
-        const int m0 = tile.m * BM, n0 = tile.n * BN;
-        for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
-          const int s = it % STAGES;
-          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-          uint8_t* stage = smem + s * Cfg::kStageBytes;
-          ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+      // K block kb of the tile at (m0, n0) into ring stage s: the `parts` of it (StageParts);
+      // the weight part makes `full` expect the whole stage.
+      auto load_stage = [&](int s, int kb, int m0, int n0, int parts) {
+        uint8_t* stage = smem + s * Cfg::kStageBytes;
+        if (parts & kStageWeights) ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+        if (parts & kStageActivations) {
           if (multicast) {  // this CTA's half of the token rows, into both CTAs' stage
             constexpr int kHalf = BM / 2;  // 1024-byte multiples: the swizzle pattern holds
             ptx::tma_load_2d_multicast(stage + pair_rank * kHalf * Cfg::kBK, &tmap_a, &full[s],
@@ -314,12 +322,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           } else {
             ptx::tma_load_2d(stage, &tmap_a, &full[s], kb * Cfg::kBK, m0);
           }
+        }
+        if (parts & kStageWeights) {
           if constexpr (Cfg::kW8)
             ptx::tma_load_2d(stage + Cfg::kABytes, &tmap_w, &full[s], kb * Cfg::kBK, n0);
           else
             ptx::tma_load_3d(stage + Cfg::kABytes, &tmap_w, &full[s], 0, kb, n0 / 8);
           if constexpr (Cfg::kGBytes > 0)
             ptx::tma_load_2d(stage + Cfg::kABytes + Cfg::kWBytes, &tmap_g, &full[s], n0, kb);
+        }
+      };
+      if (!kPersistent && p.overlap) {
+        // Launched to overlap the kernel before it (one tile per CTA): the first stages'
+        // weights load before waiting for that kernel, their activations after.
+        const TileCoord tile = tile_at(first_tile);
+        const int m0 = tile.m * BM, n0 = tile.n * BN;
+        const int early = load_tma_stages_overlapped(
+            kb_begin, num_kb < STAGES ? num_kb : STAGES,
+            [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
+        for (int it = early; it < num_kb; ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+          load_stage(s, kb_begin + it, m0, n0, kStageAll);
+        }
+      } else {
+        // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
+        for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
+          const TileCoord tile = tile_at(tile_seq);
+          const int m0 = tile.m * BM, n0 = tile.n * BN;
+          for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+            const int s = it % STAGES;
+            if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            load_stage(s, kb, m0, n0, kStageAll);
+          }
         }
       }
     }
@@ -330,6 +365,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // ---- consumers -------------------------------------------------------------------------------
   ptx::setmaxnreg_inc<232>();
+  // Launched to overlap the kernel before it: the per-token scales, and the outputs, are read and
+  // written only once that kernel is done (a no-op otherwise).
+  if (!kPersistent && p.overlap) ptx::griddep_wait();
   const int cw = wg - 1;                      // consumer warpgroup: channels 64·cw ..
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;

@@ -33,7 +33,10 @@
 //   adds the other CTAs' partial tiles in K order), split-K along gridDim.z where the
 //   planner's estimate of waves × CTA time says so: a tile's splits are one thread-block
 //   cluster (partials summed over distributed shared memory), or, where the GPU runs no
-//   clusters, go through a workspace.
+//   clusters, go through a workspace. Cluster-split grids launch to overlap the kernel before
+//   them (p.overlap, cuda/launch/pdl_launch.h): the producer issues the weight loads of the
+//   first min(STAGES, K blocks) stages before griddepcontrol.wait and their activation loads
+//   after it; the consumers wait before writing the output.
 //   Producer (one thread): per 128-wide K block, two TMA copies of the activation tile (BM rows ×
 //   64 elements each, 128-byte swizzle, zero-filled past M and K), one of the weight tile (16 n8
 //   blocks) and, for group-wise formats, one of the block's group scales (and one of its zeros).
@@ -67,6 +70,7 @@
 #include <type_traits>
 
 #include "cuda/common/element.cuh"
+#include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_weight_only_gemm.h"
@@ -100,6 +104,9 @@ struct WeightOnlyWgmmaParams {
   // Stream-K (persistent only, cuda/sm90/tile_schedule.cuh): the CTAs take equal ranges of
   // (tile, K block) units; workspace holds gridDim.x partial tiles, counters gridDim.x flags.
   bool stream_k = false;
+  // Launched to overlap the kernel before it (cluster-split grids, one tile or split per CTA):
+  // the producer issues the first stages' weight loads before griddepcontrol.wait.
+  bool overlap = false;
 };
 
 template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int STAGES_,
@@ -194,6 +201,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   const int tid = threadIdx.x, wg = tid / 128;
+  // Launched to overlap (p.overlap), the next kernel may start its own prologue now: it waits
+  // for this grid before reading anything it writes.
+  if (!kPersistent && p.overlap) ptx::griddep_launch_dependents();
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbarrier_init(&full[s], 1);
@@ -211,19 +221,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ------------------------------------------------------------------------------
     ptx::setmaxnreg_dec<40>();
     if (tid == 0) {
-      // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
-      int it = 0;
-      for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
-                                    [&](const TileSegment& seg) {
-        const TileCoord tile = tile_at(seg.tile_seq);
-        const int m0 = tile.m * BM, n0 = tile.n * BN;
-        for (int kb = seg.kb_begin; kb < seg.kb_end; ++kb, ++it) {
-          const int s = it % STAGES;
-          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-          uint8_t* stage = smem + s * Cfg::kStageBytes;
-          ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+      // K block kb of the tile at (m0, n0) into ring stage s: the `parts` of it (StageParts);
+      // the weight part makes `full` expect the whole stage.
+      auto load_stage = [&](int s, int kb, int m0, int n0, int parts) {
+        uint8_t* stage = smem + s * Cfg::kStageBytes;
+        if (parts & kStageWeights) ptx::mbarrier_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+        if (parts & kStageActivations) {
           ptx::tma_load_2d(stage, &tmap_x, &full[s], kb * Cfg::kBK, m0);
           ptx::tma_load_2d(stage + Cfg::kXHalfBytes, &tmap_x, &full[s], kb * Cfg::kBK + 64, m0);
+        }
+        if (parts & kStageWeights) {
           uint8_t* w_sh = stage + Cfg::kXBytes;
           ptx::tma_load_3d(w_sh, &tmap_w, &full[s], 0, kb, n0 / 8);
           if constexpr (Cfg::kGrouped) {
@@ -234,7 +241,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                first_group);
           }
         }
-      });
+      };
+      if (!kPersistent && p.overlap) {
+        // Launched to overlap the kernel before it (one tile or split per CTA): the first
+        // stages' weights load before waiting for that kernel, their activations after.
+        const TileCoord tile = tile_at(0);
+        const int m0 = tile.m * BM, n0 = tile.n * BN;
+        const int num_kb = one_tile.kb_end - one_tile.kb_begin;
+        const int early = load_tma_stages_overlapped(
+            one_tile.kb_begin, num_kb < STAGES ? num_kb : STAGES,
+            [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
+        for (int it = early; it < num_kb; ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+          load_stage(s, one_tile.kb_begin + it, m0, n0, kStageAll);
+        }
+      } else {
+        // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
+        int it = 0;
+        for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
+                                      [&](const TileSegment& seg) {
+          const TileCoord tile = tile_at(seg.tile_seq);
+          const int m0 = tile.m * BM, n0 = tile.n * BN;
+          for (int kb = seg.kb_begin; kb < seg.kb_end; ++kb, ++it) {
+            const int s = it % STAGES;
+            if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            load_stage(s, kb, m0, n0, kStageAll);
+          }
+        });
+      }
     }
     producer_passes_tile_barriers(p.cluster_split);
     return;
@@ -242,6 +277,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // ---- consumers -------------------------------------------------------------------------------
   ptx::setmaxnreg_inc<232>();
+  // Launched to overlap the kernel before it: the output is written only once that kernel is
+  // done (a no-op otherwise).
+  if (!kPersistent && p.overlap) ptx::griddep_wait();
   const int cw = wg - 1;                      // consumer warpgroup: channels 64·cw ..
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
