@@ -60,9 +60,9 @@ void linear(const QuantizedActivationView& a, const PackedWeightView& w, const T
 /// activation kernel quantizes into a per-stream workspace (allocated on the first call:
 /// capture CUDA graphs after a warm-up call) and the int8 kernels follow: two launches, measured
 /// faster than quantizing inside the GEMM. With a LinearFusion that fuses a norm or a residual
-/// (below), for M ≤ 4 where each
-/// CTA's rows of its K range fit in 16 KB of shared memory (M = 1: any layer up to K = 16368 per
-/// split), the quantization runs inside the GEMM instead (one launch, with the fusions).
+/// (below), for M ≤ 4 where each CTA's rows of its K range fit in 16 KB of shared memory
+/// (M = 1: any layer up to K = 16368 per split), the quantization runs inside the GEMM instead
+/// (one launch, with the fusions).
 /// NIBBLE_FUSED_ACT_QUANT=1 fuses wherever it fits, =0 never; explain() says which runs.
 void linear(const TensorView& x, const PackedWeightView& w, const TensorView* bias,
             const TensorView& d, Stream stream = nullptr);

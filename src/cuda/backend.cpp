@@ -433,18 +433,15 @@ std::string explain(const LinearFormat& format, int64_t m, int64_t n, int64_t k,
   s += packed + describe_int8_mma(device, m, n, k, epilogue_of(format.weight),
                                   format.weight.group_size, 4);
   if (format.act != ActScheme::s8_per_token) return s;
+  const std::string fits = "M <= " + std::to_string(kFusedQuantMaxTokens) +
+                           " and M x the K range per CTA <= 16 KB)";
   std::string two_launches = "act_quant quantizes them first (two launches: ";
   switch (fused_act_quant_setting()) {
     case FusedActQuant::plain_two_launches:
       two_launches += "measured faster than quantizing inside the GEMM; a LinearFusion, or "
-                      "NIBBLE_FUSED_ACT_QUANT=1, fuses it where M <= " +
-                      std::to_string(kFusedQuantMaxTokens) + " and M x the K range per CTA <= "
-                      "16 KB)";
+                      "NIBBLE_FUSED_ACT_QUANT=1, fuses it where " + fits;
       break;
-    case FusedActQuant::everywhere:
-      two_launches += "the fused path needs M <= " + std::to_string(kFusedQuantMaxTokens) +
-                      " and M x the K range per CTA <= 16 KB)";
-      break;
+    case FusedActQuant::everywhere: two_launches += "the fused path needs " + fits; break;
     case FusedActQuant::never: two_launches += "NIBBLE_FUSED_ACT_QUANT=0)"; break;
   }
   return s + "; with float activations (linear(x, packed)) " +

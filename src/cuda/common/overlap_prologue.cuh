@@ -7,8 +7,9 @@
 // Without the overlapping launch attribute the wait returns at once and nothing changes.
 // Loading weights before the wait is safe because a weight is never the output of a kernel
 // that lets its dependents start early (ptx::griddep_launch_dependents): those kernels write
-// activations only. Used by sm80_w4a8_gemm and sm80_weight_only_gemm, and (load_tma_stages_overlapped)
-// by the cluster-split grids of sm90_w4a8_gemm and sm90_weight_only_gemm.
+// activations only. Used by sm80_w4a8_gemm and sm80_weight_only_gemm, and
+// (load_tma_stages_overlapped) by the cluster-split grids of sm90_w4a8_gemm and
+// sm90_weight_only_gemm.
 #pragma once
 
 #include <cstdint>
