@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-$PWD/build/gpu-followup}"
 work="$out/followup"
 mkdir -p "$work"
-commit="${NIBBLE_COMMIT:-unknown}"
+commit="${NIBBLE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 skip=",${SKIP:-},"
 build=build/cuda
 t0=$(date +%s)

@@ -9,9 +9,17 @@ of the stack called once in order on static inputs: the "kernel level", activati
 included), at M tokens, and checks:
   * accuracy: relative Frobenius error of the output against the float model ≤ the format's
     tolerance (tests/python/nibble_testing.py REL_TOL_VS_FLOAT);
-  * speed: model speedup (float time / nibble time) ≥ 0.85 × kernel-level speedup, i.e. the
-    model keeps at least the kernel-level ratio minus 15% (elementwise work is the same in both
-    models and dilutes the ratio).
+  * speed: model speedup (float time / nibble time) ≥ 0.85 × the speedup the kernel-level
+    ratio gives the model, i.e. the model keeps at least that ratio minus 15%. The model's other
+    work (norms, attention, elementwise: the float model's model − linears time) is the same in
+    both models, so the kernel-level ratio carries over to the model as
+        expected = float model / (float model − float linears + nibble linears)
+    (Amdahl's law): the raw kernel-level ratio is out of any model's reach once its linears are
+    much faster than the rest (H200, 2026-11-29: w4a8_pc linears 2.06× faster, the rest 94 µs of
+    the float model's 368 µs, so at most 1.62×). `glue_us` is the time the nibble model spends
+    outside its linears beyond the float model's: what a format's layer costs around its kernels
+    (overlapping launches between linears, which the model's torch ops in between forgo, count
+    here too).
 The weights of 2 or more blocks exceed 3× the H100's L2, so nothing runs from cache.
 
   python bench/python/model_bench.py --out bench/results/python_model_h100.json --check
@@ -89,6 +97,17 @@ def measure(model, x, m, repeats, do_compile):
     return r
 
 
+def judge_speed(r, base):
+    """Adds the speed criterion's numbers to a format's result r (model_us, linears_us) against
+    the float model's `base`; see the module docstring."""
+    other_us = base["model_us"] - base["linears_us"]  # the float model outside its linears
+    r["kernel_speedup"] = base["linears_us"] / r["linears_us"]
+    r["model_speedup"] = base["model_us"] / r["model_us"]
+    r["expected_model_speedup"] = base["model_us"] / (other_us + r["linears_us"])
+    r["glue_us"] = r["model_us"] - r["linears_us"] - other_us
+    r["speed_ok"] = r["model_speedup"] >= SPEED_SLACK * r["expected_model_speedup"]
+
+
 def write(result, path):
     """Writes the JSON (when a path is given); True if written."""
     if not path:
@@ -152,16 +171,15 @@ def main():
         r["tolerance"] = tol_vs_float(fmt)
         r["layout"] = sorted({q.layout for q in model.modules()
                               if isinstance(q, nt.QuantizedLinear)})
-        r["kernel_speedup"] = base["linears_us"] / r["linears_us"]
-        r["model_speedup"] = base["model_us"] / r["model_us"]
+        judge_speed(r, base)
         r["accuracy_ok"] = err <= r["tolerance"]
-        r["speed_ok"] = r["model_speedup"] >= SPEED_SLACK * r["kernel_speedup"]
         result["formats"][fmt] = r
         if not (r["accuracy_ok"] and r["speed_ok"]):
             failed.append(fmt)
         print(f"{fmt:24s} err {err:.4f} (tol {r['tolerance']}) model {r['model_us']:8.1f} us "
               f"linears {r['linears_us']:8.1f} us  speedup model {r['model_speedup']:.2f}x "
-              f"kernel {r['kernel_speedup']:.2f}x  {'ok' if fmt not in failed else 'FAIL'} "
+              f"kernel {r['kernel_speedup']:.2f}x (model expected {r['expected_model_speedup']:.2f}x, "
+              f"glue {r['glue_us']:+.1f} us)  {'ok' if fmt not in failed else 'FAIL'} "
               f"({r['layout']}, quantize {quantize_s:.1f} s)", flush=True)
         del model
         torch.cuda.empty_cache()
