@@ -18,8 +18,8 @@ included), at M tokens, and checks:
     much faster than the rest (H200, 2026-11-29: w4a8_pc linears 2.06× faster, the rest 94 µs of
     the float model's 368 µs, so at most 1.62×). `glue_us` is the time the nibble model spends
     outside its linears beyond the float model's: what a format's layer costs around its kernels
-    (overlapping launches between linears, which the model's torch ops in between forgo, count
-    here too).
+    (overlapping launches between linears, which the model's torch ops in between forgo, would
+    count here too).
 The weights of 2 or more blocks exceed 3× the H100's L2, so nothing runs from cache.
 
   python bench/python/model_bench.py --out bench/results/python_model_h100.json --check
