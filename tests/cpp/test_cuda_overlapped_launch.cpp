@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -20,38 +21,44 @@ namespace nibble {
 namespace {
 
 #if NIBBLE_WITH_CUDA
+// One linear of the chain: packed weights (W4A8 and W4A16: linear(x, packed), float in), or
+// logical ones on the GPU with their int8 activations (W8A8: quantize_activation into qa, then
+// linear(qa, logical)).
+struct Layer {
+  bool is_packed = false;
+  PackedWeight packed;
+  QuantizedWeight logical;
+  QuantizedActivation qa;
+};
+
 struct Chain {
-  // Layer i's weights: packed (W4A8 and W4A16: linear(x, packed), float in), or logical on the
-  // GPU (W8A8: quantize_activation into qa, then linear(qa, w)).
-  std::vector<PackedWeight> packed;
-  std::vector<QuantizedWeight> logical;
-  std::vector<bool> is_packed;
-  std::vector<QuantizedActivation> qa;  // layer i's int8 activations (W8A8 layers)
+  std::vector<Layer> layers;
   std::vector<Tensor> acts;  // acts[0] is the input, acts[i + 1] = linear(acts[i], layer i)
 
   // Every call, queued back to back; `drain` waits for the stream before each launch.
   void run(cudaStream_t stream, bool drain) {
-    for (size_t i = 0, p = 0, l = 0; i < is_packed.size(); ++i) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      Layer& layer = layers[i];
       if (drain) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       }
-      if (is_packed[i]) {
-        linear(acts[i].view(), packed[p++].view(), nullptr, acts[i + 1].view(), stream);
+      if (layer.is_packed) {
+        linear(acts[i].view(), layer.packed.view(), nullptr, acts[i + 1].view(), stream);
         continue;
       }
-      quantize_activation(acts[i].view(), qa[l].view(), stream);
+      quantize_activation(acts[i].view(), layer.qa.view(), stream);
       if (drain) {
         ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       }
-      linear(qa[l].view(), logical[l].view(), nullptr, acts[i + 1].view(), stream);
-      ++l;
+      linear(layer.qa.view(), layer.logical.view(), nullptr, acts[i + 1].view(), stream);
     }
   }
   void poison() {
     for (size_t i = 1; i < acts.size(); ++i) acts[i].fill_bytes(0xFF);
-    for (QuantizedActivation& a : qa) {
-      a.q.fill_bytes(0x7F);
-      a.scales.fill_bytes(0xFF);
+    for (Layer& layer : layers) {
+      if (layer.is_packed) continue;
+      layer.qa.q.fill_bytes(0x7F);
+      layer.qa.scales.fill_bytes(0xFF);
     }
   }
 };
@@ -70,17 +77,18 @@ Chain make_chain(int64_t m, test::Rng& rng) {
     const LinearFormat f = parse_linear_format(name);
     // σ = 1/√K keeps the activations' magnitude about 1 through the chain.
     const QuantizedWeight qw = test::random_quantized_weight(f.weight, d, d, rng, 1.0 / 64.0);
-    const bool packed = f.weight.scheme != WeightScheme::s8_sym;  // W8A8 runs the logical one
-    c.is_packed.push_back(packed);
-    if (packed) {
-      c.packed.push_back(pack_weight(qw.view(), packed_layout(f), Device::cuda()));
+    Layer layer;
+    layer.is_packed = f.weight.scheme != WeightScheme::s8_sym;  // W8A8 runs the logical one
+    if (layer.is_packed) {
+      layer.packed = pack_weight(qw.view(), packed_layout(f), Device::cuda());
     } else {
-      c.logical.push_back(qw.to(Device::cuda()));
-      c.qa.emplace_back(f.act, m, d, Device::cuda());
+      layer.logical = qw.to(Device::cuda());
+      layer.qa = QuantizedActivation(f.act, m, d, Device::cuda());
     }
+    c.layers.push_back(std::move(layer));
   }
   c.acts.push_back(test::random_activations(DType::bf16, m, d, rng).to(Device::cuda()));
-  for (size_t i = 0; i < c.is_packed.size(); ++i)
+  for (size_t i = 0; i < c.layers.size(); ++i)
     c.acts.push_back(Tensor::empty(DType::bf16, {m, d}, Device::cuda()));
   return c;
 }
@@ -126,7 +134,7 @@ TEST(CudaOverlappedLaunch, ChainedDecodeLinearsReplayInACudaGraph) {
                   cudaSuccess);
       },
       eager, replay, &nodes);
-  EXPECT_GE(nodes, c.is_packed.size());
+  EXPECT_GE(nodes, c.layers.size());
 }
 #endif
 

@@ -8,7 +8,7 @@
 // Loading weights before the wait is safe because a weight is never the output of a kernel
 // that lets its dependents start early (ptx::griddep_launch_dependents): those kernels write
 // activations only. Used by sm80_w4a8_gemm and sm80_weight_only_gemm, and
-// (load_tma_stages_overlapped) by the cluster-split grids of sm90_w4a8_gemm and
+// (cuda/sm90/overlapped_tma_producer.cuh) by the cluster-split grids of sm90_w4a8_gemm and
 // sm90_weight_only_gemm.
 #pragma once
 
@@ -67,20 +67,6 @@ __device__ __forceinline__ void load_prologue_stages(int kb_begin, int num_kb, i
       load_stage(s, kb_begin + s, kOverlap && s < early ? kStageActivations : kStageAll);
     ptx::cp_async_commit();
   }
-}
-
-/// The first `early` stages of a TMA ring, issued by the producer thread of a tile launched to
-/// overlap the kernel before it: the weight parts of all of them before ptx::griddep_wait,
-/// their activation parts after it. load_stage(stage, kb, parts) must make the stage's `full`
-/// barrier expect all of the stage's bytes with its weight part, so the barrier completes only
-/// once the activations have landed too. Returns `early`, the K blocks (from kb_begin) issued.
-template <class LoadStage>
-__device__ __forceinline__ int load_tma_stages_overlapped(int kb_begin, int early,
-                                                          LoadStage&& load_stage) {
-  for (int s = 0; s < early; ++s) load_stage(s, kb_begin + s, kStageWeights);
-  ptx::griddep_wait();
-  for (int s = 0; s < early; ++s) load_stage(s, kb_begin + s, kStageActivations);
-  return early;
 }
 
 }  // namespace nibble::cuda

@@ -124,11 +124,11 @@
 
 #include "cuda/common/element.cuh"
 #include "cuda/common/int4_decode.cuh"
-#include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/sm90/block_pipeline.cuh"
+#include "cuda/sm90/overlapped_tma_producer.cuh"
 #include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
 
@@ -337,14 +337,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // weights load before waiting for that kernel, their activations after.
         const TileCoord tile = tile_at(first_tile);
         const int m0 = tile.m * BM, n0 = tile.n * BN;
-        const int early = load_tma_stages_overlapped(
-            kb_begin, num_kb < STAGES ? num_kb : STAGES,
+        load_tma_tile_overlapped<STAGES>(
+            kb_begin, num_kb, empty,
             [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
-        for (int it = early; it < num_kb; ++it) {
-          const int s = it % STAGES;
-          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-          load_stage(s, kb_begin + it, m0, n0, kStageAll);
-        }
       } else {
         // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
         for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {

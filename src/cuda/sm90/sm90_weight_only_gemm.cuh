@@ -70,12 +70,12 @@
 #include <type_traits>
 
 #include "cuda/common/element.cuh"
-#include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/raster.cuh"
 #include "cuda/launch/sm80_weight_only_gemm.h"
 #include "cuda/sm80/sm80_weight_only_gemm.cuh"
 #include "cuda/sm90/block_pipeline.cuh"
+#include "cuda/sm90/overlapped_tma_producer.cuh"
 #include "cuda/sm90/tile_schedule.cuh"
 #include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
@@ -247,15 +247,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // stages' weights load before waiting for that kernel, their activations after.
         const TileCoord tile = tile_at(0);
         const int m0 = tile.m * BM, n0 = tile.n * BN;
-        const int num_kb = one_tile.kb_end - one_tile.kb_begin;
-        const int early = load_tma_stages_overlapped(
-            one_tile.kb_begin, num_kb < STAGES ? num_kb : STAGES,
+        load_tma_tile_overlapped<STAGES>(
+            one_tile.kb_begin, one_tile.kb_end - one_tile.kb_begin, empty,
             [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
-        for (int it = early; it < num_kb; ++it) {
-          const int s = it % STAGES;
-          if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
-          load_stage(s, one_tile.kb_begin + it, m0, n0, kStageAll);
-        }
       } else {
         // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
         int it = 0;
