@@ -296,6 +296,72 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
   }
 }
 
+// Stream-K (cuda/sm90/tile_schedule.cuh; NIBBLE_SM90_STREAM_K=1 takes it wherever the format
+// has a persistent instance): the persistent CTAs take equal ranges of all the tiles' K blocks,
+// and a tile's owner adds the partials of the CTAs that computed the rest of it. Integer sums
+// add exactly, so the int8-activation formats give the bytes whole tiles give
+// (NIBBLE_SM90_STREAM_K=0); with fp8 activations (f32 partials, another order) the reference
+// decides. Every call is run twice: the owners lower the flags for the next call. Shapes
+// (M, N, K): fewer tiles than SMs (what stream-K is for) with the last tile past N; ranges of
+// fewer K blocks than a tile's (K = 352: 3 blocks, so most tiles have several CTAs and some
+// CTAs several tiles); more tiles than SMs; one partly filled 64-token tile.
+TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
+  NIBBLE_REQUIRE_GPU();
+  if (w4a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w4a8_gemm (H100, sm_90a build)";
+  test::Rng rng;  // fresh seed, printed on failure
+  const ScopedEnv force4("NIBBLE_W4A8_KERNEL", "sm90_w4a8_gemm");
+  const ScopedEnv force8("NIBBLE_W8A8_KERNEL", "sm90_w8a8_gemm");
+  const int64_t shapes[][3] = {{256, 10200, 1024}, {100, 1000, 4096}, {300, 17000, 352},
+                               {20, 3000, 2048}};
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (const char* name :
+         {"w4a8_pc", "w4a8_g128_2level", "w4a8_pc_static", "w8a8", "w4afp8_pc", "w4afp8_g128"}) {
+      const LinearFormat f = parse_linear_format(name);
+      if (!f.weight.per_channel() && k % f.weight.group_size != 0) continue;
+      SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                   " K=" + std::to_string(k));
+      {
+        const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", "1");
+        const std::string why = explain(f, m, n, k, Device::cuda());
+        ASSERT_NE(why.find("stream-K"), std::string::npos) << why;
+      }
+      const QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+      // W8A8 runs the logical weights; the int4 formats their packed layout.
+      const bool logical = f.weight.scheme == WeightScheme::s8_sym;
+      QuantizedWeight w_logical;
+      PackedWeight w_packed;
+      if (logical) w_logical = qw.to(Device::cuda());
+      else w_packed = pack_weight(qw.view(), packed_layout(f), Device::cuda());
+      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
+      const Tensor bias_d = bias.to(Device::cuda());
+      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
+      QuantizedActivation qa(f.act, m, k);
+      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
+      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
+      else quantize_activation(x.view(), qa.view());
+      Tensor ref = Tensor::empty(DType::bf16, {m, n});
+      linear(qa.view(), qw.view(), &bias_v, ref.view());
+      const QuantizedActivation qad = qa.to(Device::cuda());
+      auto run = [&](const char* stream_k) {
+        const ScopedEnv env("NIBBLE_SM90_STREAM_K", stream_k);
+        Tensor got = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+        got.fill_bytes(0xFF);  // NaN: every element must be written
+        if (logical) linear(qad.view(), w_logical.view(), &bias_dv, got.view());
+        else linear(qad.view(), w_packed.view(), &bias_dv, got.view());
+        return got;
+      };
+      const Tensor first = run("1"), second = run("1"), whole = run("0");
+      synchronize(Device::cuda());
+      EXPECT_LE(rel_error(first, ref), kRelTolHalfOut);
+      EXPECT_TRUE(same_bytes(first, second));
+      if (f.act != ActScheme::e4m3_per_token) {
+        EXPECT_TRUE(same_bytes(first, whole));
+      }
+    }
+  }
+}
+
 #if NIBBLE_WITH_CUDA
 // The split-K choice of sm80_w4a8_gemm's 16-row tile on a 132-SM GPU: host logic, no GPU needed.
 // It aims at two CTAs per SM; splits reduced in a cluster keep at least 2 K blocks, splits

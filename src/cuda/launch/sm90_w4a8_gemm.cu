@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -285,6 +286,15 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
     set_k_splits(t, static_cast<int>(k_pad / 128), forced_splits);
     t.cluster_split = t.splits > 1;
   }
+  Sm90TileCosts stream_k_costs;  // stream_k_slowdown 0: stream-K off (NIBBLE_SM90_STREAM_K=0)
+  sm90_stream_k_costs(stream_k_costs);
+  const bool stream_k_possible = forced_splits == 0 && stream_k_costs.stream_k_slowdown > 0 &&
+                                 sm90_persistent_instance(epilogue, a_e4m3);
+  // NIBBLE_SM90_STREAM_K=1 (measurements) takes stream-K over the cluster splits too.
+  if (stream_k_possible && stream_k_costs.stream_k_only && t.splits > 1) {
+    set_k_splits(t, static_cast<int>(k_pad / 128), 1);
+    t.cluster_split = false;
+  }
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
   best.a_e4m3 = a_e4m3;
@@ -307,8 +317,22 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // and the producer loads the next tile's first stages while the consumers store the last
   // tile, which hides the pipeline fill and the CTA launch of every later tile. Pairs then walk
   // pair tiles: as many pairs as the GPU holds clusters of two at once.
-  best.persistent = t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
-                    int64_t{t.tiles_m} * t.tiles_n > sm_count && sm90_persistent_allowed();
+  // Stream-K (cuda/sm90/tile_schedule.cuh) where whole tiles would leave SMs idle in their
+  // last round: 80 channel tiles of 10240×8192 at M = 256 keep 52 of 132 SMs idle, 160 tiles
+  // run a second round of 28. Chosen where the whole tiles' rounds (rounded up) exceed the
+  // stream-K CTA's share of the K blocks × the stream-K slowdown plus a fix-up's share of a
+  // round (sm90_stream_k_costs; fitted to sm90_weight_only_gemm), with ranges of at least
+  // kMinStreamKBlocksPerCta K blocks.
+  const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
+  const double rounds = static_cast<double>(tiles) / sm_count;
+  constexpr double kStreamKFixupRounds = 0.1;
+  best.stream_k = stream_k_possible && t.splits == 1 && !best.multicast_a &&
+                  tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
+                  (stream_k_costs.stream_k_only ||
+                   std::ceil(rounds) >= rounds * stream_k_costs.stream_k_slowdown + kStreamKFixupRounds);
+  best.persistent = best.stream_k ||
+                    (t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
+                     tiles > sm_count && sm90_persistent_allowed());
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
@@ -329,9 +353,11 @@ std::string describe(const W4A8WgmmaPlan& plan) {
                                 " (tiles alone would leave SMs idle)"
           : std::string(plan.multicast_a ? ", CTA pairs share the activation tile (TMA multicast)"
                                          : "") +
-                (plan.persistent ? ", " + std::to_string(plan.ctas) +
-                                       " persistent CTAs (the next tile's loads overlap the epilogue)"
-                                 : ""));
+                (plan.stream_k ? ", stream-K: " + std::to_string(plan.ctas) +
+                                     " persistent CTAs take equal ranges of the tiles' K blocks"
+                 : plan.persistent ? ", " + std::to_string(plan.ctas) +
+                                         " persistent CTAs (the next tile's loads overlap the epilogue)"
+                                   : ""));
 }
 
 void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
@@ -398,9 +424,16 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
                 (l.d_dtype == DType::bf16 || l.d_dtype == DType::f16) &&
                 reinterpret_cast<uintptr_t>(l.d) % 16 == 0 && (l.ldd * 2) % 16 == 0 &&
                 sm90_tma_store_allowed();
-  if (plan.splits > 1 && !plan.cluster_split) {
-    const SplitKWorkspace ws = split_k_workspace(
-        l.device, stream, size_t(plan.splits) * l.m * l.n * 4, size_t(plan.tiles_m) * plan.tiles_n);
+  p.stream_k = plan.stream_k;
+  // Stream-K: one partial tile (BM × 128 4-byte sums) and one flag per CTA; split-K through the
+  // workspace: every split's M × N partials and one counter per tile.
+  if (plan.stream_k || (plan.splits > 1 && !plan.cluster_split)) {
+    const SplitKWorkspace ws =
+        plan.stream_k
+            ? split_k_workspace(l.device, stream, size_t(plan.ctas) * plan.bm * 128 * 4,
+                                size_t(plan.ctas))
+            : split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
+                                size_t(plan.tiles_m) * plan.tiles_n);
     p.workspace = ws.partials;
     p.counters = ws.counters;
   }

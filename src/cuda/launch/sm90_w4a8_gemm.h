@@ -25,6 +25,9 @@ struct W4A8WgmmaPlan {
   /// Persistent CTAs: `ctas` (one per SM) walk the tiles of an unsplit, unpaired grid of more
   /// tiles than SMs; otherwise one CTA per tile (per split).
   bool persistent = false;
+  /// Stream-K: the persistent CTAs take equal ranges of all the tiles' K blocks (plan_sm90_w4a8
+  /// says where); partial tiles go through a workspace of one tile per CTA.
+  bool stream_k = false;
   int ctas = 0;
   int weight_bits = 4;
   bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)

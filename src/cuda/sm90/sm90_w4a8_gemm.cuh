@@ -70,6 +70,11 @@
 //   stage, so L2 serves each activation tile once per pair. A stage is then refilled only when
 //   the consumers of both CTAs have released it (16 arrivals on `empty`, half of them remote),
 //   and neither CTA leaves before the other has finished its main loop (a cluster barrier).
+//   Stream-K (p.stream_k, persistent CTAs unpaired): each CTA takes an equal range of all the
+//   tiles' K blocks instead of whole tiles, so a grid of fewer tiles than SMs (or a last wave
+//   of a few) keeps every SM busy; a CTA that computes the rest of a tile another CTA owns
+//   stores its raw sums (int32, or the f32 running sums) as a partial, and the owner adds them
+//   in K order before its epilogue (cuda/sm90/tile_schedule.cuh; int32 partials add exactly).
 //
 //   ┌──────── CTA tile: 128 channels × BM tokens (computed as Dᵀ) ────────┐
 //   │ consumer WG 1: channels  0..63   → wgmma m64 × nBM, A = its weights │
@@ -129,6 +134,7 @@
 #include "cuda/launch/sm80_w4a8_gemm.h"
 #include "cuda/sm90/block_pipeline.cuh"
 #include "cuda/sm90/overlapped_tma_producer.cuh"
+#include "cuda/sm90/tile_schedule.cuh"
 #include "cuda/sm90/transposed_tile.cuh"
 #include "nibble/types.h"
 
@@ -159,6 +165,10 @@ struct W4A8WgmmaParams {
   // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
   bool persistent = false;
   int tiles_m = 0, tiles_n = 0;
+  // Persistent CTAs (not paired) take equal ranges of all tiles' K blocks instead of whole
+  // tiles (stream-K, cuda/sm90/tile_schedule.cuh): `workspace` then holds one partial tile per
+  // CTA (BM × 128 4-byte sums) and `counters` one flag per CTA, zero between calls.
+  bool stream_k = false;
   // Persistent CTAs with a 16-bit output TMA can address (tmap_d): the tile leaves by TMA
   // stores (store_tile_by_tma) instead of through the slab.
   bool tma_store = false;
@@ -283,6 +293,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int kb_begin = kPersistent ? 0 : blockIdx.z * p.kblocks_per_split;
   const int num_kb = kPersistent ? p.kblocks : min(p.kblocks - kb_begin, p.kblocks_per_split);
 
+  // body(segment) for each piece of work of this CTA (cuda/sm90/tile_schedule.cuh): its tile
+  // or split; a persistent CTA's whole tiles first_tile, first_tile + tile_stride, ...; or,
+  // with p.stream_k, its range of all the tiles' K blocks. Producer and consumers walk the same.
+  auto for_each_tile_segment = [&](auto&& body) {
+    if constexpr (kPersistent) {
+      if (p.stream_k) {
+        TileWalk walk(true, tile_count, p.kblocks);
+        for (TileSegment seg; walk.next(seg, true, tile_count, p.kblocks);) body(seg);
+        return;
+      }
+    }
+    for (int tile_seq = first_tile; tile_seq < tile_count; tile_seq += tile_stride)
+      body(TileSegment{tile_seq, kb_begin, kb_begin + num_kb});
+  };
+
   const int tid = threadIdx.x, wg = tid / 128;
   // Launched to overlap (p.overlap), the next kernel may start its own prologue now: it waits
   // for this grid before reading anything it writes.
@@ -341,16 +366,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             kb_begin, num_kb, empty,
             [&](int s, int kb, int parts) { load_stage(s, kb, m0, n0, parts); });
       } else {
-        // `it` counts the K blocks loaded over all of this CTA's tiles: the ring position.
-        for (int tile_seq = first_tile, it = 0; tile_seq < tile_count; tile_seq += tile_stride) {
-          const TileCoord tile = tile_at(tile_seq);
+        int it = 0;  // the K blocks loaded over all of this CTA's segments: the ring position
+        for_each_tile_segment([&](const TileSegment& seg) {
+          const TileCoord tile = tile_at(seg.tile_seq);
           const int m0 = tile.m * BM, n0 = tile.n * BN;
-          for (int kb = kb_begin; kb < kb_begin + num_kb; ++kb, ++it) {
+          for (int kb = seg.kb_begin; kb < seg.kb_end; ++kb, ++it) {
             const int s = it % STAGES;
             if (it >= STAGES) ptx::mbarrier_wait(&empty[s], ((it / STAGES) + 1) & 1);
             load_stage(s, kb, m0, n0, kStageAll);
           }
-        }
+        });
       }
     }
     producer_passes_tile_barriers(p.cluster_split);
@@ -367,8 +392,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
-  int kb_done = 0;  // K blocks consumed for this CTA's earlier tiles: the ring position
-  for (int tile_seq = first_tile; tile_seq < tile_count; tile_seq += tile_stride) {
+  int kb_done = 0;  // K blocks consumed for this CTA's earlier segments: the ring position
+  // The epilogue's per-token scales of the tile (see below).
+  __shared__ __align__(8) float tile_a_scales[BM];
+  for_each_tile_segment([&](const TileSegment& seg) {
+    const int tile_seq = seg.tile_seq, seg_kb = seg.kb_end - seg.kb_begin;
+    // Stream-K: the rest of a tile another CTA owns (a partial, stored for the owner), or the
+    // start of one this CTA owns and the CTAs after it finished. Decided before the main loop,
+    // so that only two predicates stay live across it.
+    const bool piece = kPersistent && p.stream_k && seg.kb_begin > 0;
+    const bool owns_pieces = kPersistent && p.stream_k && seg.kb_begin == 0 && seg_kb < p.kblocks;
     const TileCoord tile = tile_at(tile_seq);
     const int tile_m = tile.m, tile_n = tile.n;
     const int m0 = tile_m * BM, n0 = tile_n * BN;
@@ -484,7 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
       };
-      run_blocks_with_running_sums(num_kb, frag, decode_block, issue, keep_until_here, fold,
+      run_blocks_with_running_sums(seg_kb, frag, decode_block, issue, keep_until_here, fold,
                                    release);
     } else {
       // Per-channel and integer formats keep one block's wgmma in flight while the next block is
@@ -494,22 +527,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         issue(s, f, false);
         return s;
       };
-      run_blocks_one_in_flight(num_kb, frag, issue_block, keep_until_here, release);
+      run_blocks_one_in_flight(seg_kb, frag, issue_block, keep_until_here, release);
     }
-    kb_done += num_kb;
+    kb_done += seg_kb;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+    if constexpr (kPersistent) {
+      // The raw sums a partial carries: the f32 running sums of the group formats, else the
+      // accumulators (int32 partials add exactly: a stream-K tile equals the unsplit one).
+      // Returns true for a piece: stored, nothing more to do with this segment.
+      auto stream_k_fixup = [&](auto& sums) {
+        if (piece) {
+          stream_k_put_partial(sums, p.workspace, p.counters, blockIdx.x, tid - 128);
+          return true;
+        }
+        if (owns_pieces)
+          stream_k_add_partials(sums, p.workspace, p.counters, blockIdx.x, seg_kb, p.kblocks,
+                                gridDim.x, tile_count * p.kblocks, tid - 128);
+        return false;
+      };
+      bool stored_piece;
+      if constexpr (Cfg::kGroupScales) stored_piece = stream_k_fixup(facc);
+      else stored_piece = stream_k_fixup(acc);
+      if (stored_piece) return;  // the next segment
+    }
     // Multicast: the other CTA may still arrive on this CTA's `empty` barriers, so neither leaves
     // before both have passed their last main loop (the wait is at the end, after the epilogue).
     if (multicast && tile_seq + tile_stride >= tile_count) ptx::cluster_arrive();
 
     // ---- epilogue -------------------------------------------------------------------------------
-    // The tile's per-token scales go to shared memory (loaded before the main loop, one per
-    // consumer thread). Read in store_row instead, each row's scale was a global load that could
+    // The tile's per-token scales go to shared memory (tile_a_scales; loaded before the main
+    // loop, one per consumer thread). Read in store_row instead, each row's scale was a global load that could
     // not move above the previous row's store (d and a_scales may alias), so every row a warp
     // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
     // (H100, 2026-11-24).
-    __shared__ __align__(8) float tile_a_scales[BM];
     // The tile goes to shared memory raw (int32 bits, or the group format's f32 sums),
     // transposed to token rows; the scales are applied on the way out, after any split-K
     // reduction, so a split result equals the unsplit one exactly.
@@ -580,7 +631,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         else
           store_tile_by_tma<__nv_bfloat16, BM, Cfg::kStoreRounds>(
               buf, &tmap_d, cw, warp, lane, m0, n0, p.m, at_start, values_of);
-        continue;  // the next tile
+        return;  // the next segment
       }
     }
 
@@ -630,7 +681,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           smem, tid, m0, n0, tile_n * tiles_m + tile_m, p.m, p.n, p.workspace, p.counters,
           p.cluster_split, store_row);
     }
-  }  // tile_seq
+  });  // segments
   // store_tile_by_tma: the last stores are done before the CTA's shared memory goes.
   if (kPersistent && p.tma_store && tma_store_issuer(warp, lane)) ptx::bulk_wait_group<0>();
   if (multicast) ptx::cluster_wait();
