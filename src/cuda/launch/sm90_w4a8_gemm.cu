@@ -425,18 +425,11 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
                 reinterpret_cast<uintptr_t>(l.d) % 16 == 0 && (l.ldd * 2) % 16 == 0 &&
                 sm90_tma_store_allowed();
   p.stream_k = plan.stream_k;
-  // Stream-K: one partial tile (BM × 128 4-byte sums) and one flag per CTA; split-K through the
-  // workspace: every split's M × N partials and one counter per tile.
-  if (plan.stream_k || (plan.splits > 1 && !plan.cluster_split)) {
-    const SplitKWorkspace ws =
-        plan.stream_k
-            ? split_k_workspace(l.device, stream, size_t(plan.ctas) * plan.bm * 128 * 4,
-                                size_t(plan.ctas))
-            : split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
-                                size_t(plan.tiles_m) * plan.tiles_n);
-    p.workspace = ws.partials;
-    p.counters = ws.counters;
-  }
+  const SplitKWorkspace ws =
+      sm90_tile_workspace(l.device, stream, plan.stream_k, plan.ctas, plan.bm, plan.splits,
+                          plan.cluster_split, l.m, l.n, int64_t{plan.tiles_m} * plan.tiles_n);
+  p.workspace = ws.partials;
+  p.counters = ws.counters;
   const dim3 grid = plan.persistent    ? dim3(plan.ctas, 1, 1)
                     : plan.multicast_a ? dim3(2 * plan.tiles_m, (plan.tiles_n + 1) / 2, 1)
                                        : dim3(plan.tiles_m, plan.tiles_n, plan.splits);

@@ -254,18 +254,11 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
   p.stream_k = plan.stream_k;
-  // Stream-K: one f32 partial tile and one flag per CTA; split-K through the workspace: every
-  // split's f32 outputs and one counter per tile.
-  if (plan.stream_k || (plan.splits > 1 && !plan.cluster_split)) {
-    const SplitKWorkspace ws =
-        plan.stream_k
-            ? split_k_workspace(l.device, stream, size_t(plan.slots) * plan.bm * 128 * 4,
-                                size_t(plan.slots))
-            : split_k_workspace(l.device, stream, size_t(plan.splits) * l.m * l.n * 4,
-                                size_t(plan.tiles_m) * plan.tiles_n);
-    p.workspace = ws.partials;
-    p.counters = ws.counters;
-  }
+  const SplitKWorkspace ws =
+      sm90_tile_workspace(l.device, stream, plan.stream_k, plan.slots, plan.bm, plan.splits,
+                          plan.cluster_split, l.m, l.n, int64_t{plan.tiles_m} * plan.tiles_n);
+  p.workspace = ws.partials;
+  p.counters = ws.counters;
   const dim3 grid = plan.persistent ? dim3(plan.slots) : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
   if (l.x_dtype == DType::f16) return launch_typed<__half>(l, plan.bm, maps, p, grid, stream);
   launch_typed<__nv_bfloat16>(l, plan.bm, maps, p, grid, stream);
