@@ -236,6 +236,33 @@ TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
 }
 #endif
 
+// A random problem of a W4A8-family format: its weights, a bf16 bias (on the host and the GPU),
+// bf16 activations quantized as the format asks (a static scale of 0.6 for s8_per_tensor), on
+// the host and the GPU, and the CPU reference output in `out`.
+struct LinearProblem {
+  QuantizedWeight qw;
+  Tensor bias, bias_d;
+  QuantizedActivation qa, qad;
+  Tensor ref;
+};
+
+LinearProblem make_linear_problem(const LinearFormat& f, int64_t m, int64_t n, int64_t k,
+                                  DType out, test::Rng& rng) {
+  LinearProblem pr;
+  pr.qw = test::random_quantized_weight(f.weight, n, k, rng);
+  pr.bias = test::random_normal(DType::bf16, 1, n, rng);
+  pr.bias_d = pr.bias.to(Device::cuda());
+  pr.qa = QuantizedActivation(f.act, m, k);
+  const Tensor x = test::random_activations(DType::bf16, m, k, rng);
+  if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, pr.qa.view());
+  else quantize_activation(x.view(), pr.qa.view());
+  pr.qad = pr.qa.to(Device::cuda());
+  pr.ref = Tensor::empty(out, {m, n});
+  const TensorView bias_v = test::as_vector(pr.bias);
+  linear(pr.qa.view(), pr.qw.view(), &bias_v, pr.ref.view());
+  return pr;
+}
+
 // Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles while
 // its producer loads the next tile's stages, and stores each by TMA (16-bit outputs,
 // store_tile_by_tma) or through a 32-token slab (NIBBLE_SM90_TMA_STORE=0, and f32 / s32
@@ -261,18 +288,11 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
                    " K=" + std::to_string(k));
       const std::string why = explain(f, m, n, k, Device::cuda());
       ASSERT_NE(why.find("persistent CTAs"), std::string::npos) << why;
-      QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
-      const PackedWeight wd = pack_weight(qw.view(), Device::cuda());
-      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
-      const Tensor bias_d = bias.to(Device::cuda());
-      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
-      QuantizedActivation qa(f.act, m, k);
-      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
-      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
-      else quantize_activation(x.view(), qa.view());
-      Tensor ref = Tensor::empty(out_dtype, {m, n});
-      linear(qa.view(), qw.view(), &bias_v, ref.view());
-      const QuantizedActivation qad = qa.to(Device::cuda());
+      const LinearProblem pr = make_linear_problem(f, m, n, k, out_dtype, rng);
+      const PackedWeight wd = pack_weight(pr.qw.view(), Device::cuda());
+      const TensorView bias_dv = test::as_vector(pr.bias_d);
+      const QuantizedActivation& qad = pr.qad;
+      const Tensor& ref = pr.ref;
       // got[0]: persistent, TMA stores; got[1]: persistent, slab; got[2]: one tile per CTA.
       Tensor got[3];
       for (int run = 0; run < 3; ++run) {
@@ -311,8 +331,9 @@ TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
   test::Rng rng;  // fresh seed, printed on failure
   const ScopedEnv force4("NIBBLE_W4A8_KERNEL", "sm90_w4a8_gemm");
   const ScopedEnv force8("NIBBLE_W8A8_KERNEL", "sm90_w8a8_gemm");
-  const int64_t shapes[][3] = {{256, 10200, 1024}, {100, 1000, 4096}, {300, 17000, 352},
-                               {20, 3000, 2048}};
+  // (Each has at least kMinStreamKBlocksPerCta K blocks for each of 132 CTAs.)
+  const int64_t shapes[][3] = {{256, 10200, 1024}, {100, 2000, 8192}, {300, 17000, 352},
+                               {20, 3000, 4096}};
   for (const auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2];
     for (const char* name :
@@ -326,23 +347,16 @@ TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
         const std::string why = explain(f, m, n, k, Device::cuda());
         ASSERT_NE(why.find("stream-K"), std::string::npos) << why;
       }
-      const QuantizedWeight qw = test::random_quantized_weight(f.weight, n, k, rng);
+      const LinearProblem pr = make_linear_problem(f, m, n, k, DType::bf16, rng);
       // W8A8 runs the logical weights; the int4 formats their packed layout.
       const bool logical = f.weight.scheme == WeightScheme::s8_sym;
       QuantizedWeight w_logical;
       PackedWeight w_packed;
-      if (logical) w_logical = qw.to(Device::cuda());
-      else w_packed = pack_weight(qw.view(), packed_layout(f), Device::cuda());
-      const Tensor bias = test::random_normal(DType::bf16, 1, n, rng);
-      const Tensor bias_d = bias.to(Device::cuda());
-      const TensorView bias_v = test::as_vector(bias), bias_dv = test::as_vector(bias_d);
-      QuantizedActivation qa(f.act, m, k);
-      const Tensor x = test::random_activations(DType::bf16, m, k, rng);
-      if (f.act == ActScheme::s8_per_tensor) quantize_activation_static(x.view(), 0.6f, qa.view());
-      else quantize_activation(x.view(), qa.view());
-      Tensor ref = Tensor::empty(DType::bf16, {m, n});
-      linear(qa.view(), qw.view(), &bias_v, ref.view());
-      const QuantizedActivation qad = qa.to(Device::cuda());
+      if (logical) w_logical = pr.qw.to(Device::cuda());
+      else w_packed = pack_weight(pr.qw.view(), packed_layout(f), Device::cuda());
+      const TensorView bias_dv = test::as_vector(pr.bias_d);
+      const QuantizedActivation& qad = pr.qad;
+      const Tensor& ref = pr.ref;
       auto run = [&](const char* stream_k) {
         const ScopedEnv env("NIBBLE_SM90_STREAM_K", stream_k);
         Tensor got = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
