@@ -557,10 +557,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // ---- epilogue -------------------------------------------------------------------------------
     // The tile's per-token scales go to shared memory (tile_a_scales; loaded before the main
-    // loop, one per consumer thread). Read in store_row instead, each row's scale was a global load that could
-    // not move above the previous row's store (d and a_scales may alias), so every row a warp
-    // stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125 µs against 106
-    // (H100, 2026-11-24).
+    // loop, one per consumer thread). Read in store_row instead, each row's scale was a global
+    // load that could not move above the previous row's store (d and a_scales may alias), so
+    // every row a warp stored waited for a round trip to L2: 4096×4096 at M = 4096 ran 122–125
+    // µs against 106 (H100, 2026-11-24).
     // The tile goes to shared memory raw (int32 bits, or the group format's f32 sums),
     // transposed to token rows; the scales are applied on the way out, after any split-K
     // reduction, so a split result equals the unsplit one exactly.
