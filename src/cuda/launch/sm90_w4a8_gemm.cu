@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -317,19 +316,24 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // and the producer loads the next tile's first stages while the consumers store the last
   // tile, which hides the pipeline fill and the CTA launch of every later tile. Pairs then walk
   // pair tiles: as many pairs as the GPU holds clusters of two at once.
-  // Stream-K (cuda/sm90/tile_schedule.cuh) where whole tiles would leave SMs idle in their
-  // last round: 80 channel tiles of 10240×8192 at M = 256 keep 52 of 132 SMs idle, 160 tiles
-  // run a second round of 28. Chosen where the whole tiles' rounds (rounded up) exceed the
-  // stream-K CTA's share of the K blocks × the stream-K slowdown plus a fix-up's share of a
-  // round (sm90_stream_k_costs; fitted to sm90_weight_only_gemm), with ranges of at least
-  // kMinStreamKBlocksPerCta K blocks.
+  // Stream-K (cuda/sm90/tile_schedule.cuh) where an unsplit grid of one wave leaves many SMs
+  // idle: the CTAs then take equal ranges of all the tiles' K blocks. Measured on the H200
+  // (2026-11-29, 132 SMs): a stream-K CTA's K blocks cost 1.4-1.5x a whole tile's (partials,
+  // fix-up, the persistent instance's fewer stages), so it pays only where the SMs it adds are
+  // more than 1.5x those the tiles hold: 80 channel tiles of 10240x8192 ran W4A8 in 0.92x
+  // (M = 64) and 0.86x (M = 256) the time, W4A-FP8 0.84x and 0.88x, W8A8 0.93x at M = 256; 96
+  // tiles of 6144x4096 at M = 256 ran 1.13x (W4A8) and 1.28x (W8A8) slower. And not on tiles
+  // of fewer than kStreamKMinTokensPerWeightByte tokens per weight byte: W8A8's 64-token tiles
+  // of 10240x8192 (80 CTAs already streamed the int8 weights at 80% of the copy ceiling) ran
+  // 1.07x slower, the partials' traffic added to a bandwidth-bound grid.
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
-  const double rounds = static_cast<double>(tiles) / sm_count;
-  constexpr double kStreamKFixupRounds = 0.1;
+  constexpr double kStreamKSlowdown = 1.5;
+  constexpr int kStreamKMinTokensPerWeightByte = 128;
   best.stream_k = stream_k_possible && t.splits == 1 && !best.multicast_a &&
                   tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
-                   std::ceil(rounds) >= rounds * stream_k_costs.stream_k_slowdown + kStreamKFixupRounds);
+                   (static_cast<double>(tiles) * kStreamKSlowdown <= sm_count &&
+                    t.bm * 8 >= kStreamKMinTokensPerWeightByte * weight_bits));
   best.persistent = best.stream_k ||
                     (t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
                      tiles > sm_count && sm90_persistent_allowed());
