@@ -320,20 +320,20 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // idle: the CTAs then take equal ranges of all the tiles' K blocks. Measured on the H200
   // (2026-11-29, 132 SMs): a stream-K CTA's K blocks cost 1.4-1.5x a whole tile's (partials,
   // fix-up, the persistent instance's fewer stages), so it pays only where the SMs it adds are
-  // more than 1.5x those the tiles hold: 80 channel tiles of 10240x8192 ran W4A8 in 0.92x
-  // (M = 64) and 0.86x (M = 256) the time, W4A-FP8 0.84x and 0.88x, W8A8 0.93x at M = 256; 96
-  // tiles of 6144x4096 at M = 256 ran 1.13x (W4A8) and 1.28x (W8A8) slower. And not on tiles
-  // of fewer than kStreamKMinTokensPerWeightByte tokens per weight byte: W8A8's 64-token tiles
-  // of 10240x8192 (80 CTAs already streamed the int8 weights at 80% of the copy ceiling) ran
-  // 1.07x slower, the partials' traffic added to a bandwidth-bound grid.
+  // more than 1.5x those the tiles hold: 80 channel tiles of 10240x8192 ran W4A8 in 0.85-0.94x
+  // the time at M = 64, 128 and 256, W4A-FP8 in 0.80-0.87x, W8A8 at M = 256 in 0.93x; 96 tiles
+  // of 6144x4096 at M = 256 ran 1.13x (W4A8) and 1.28x (W8A8) slower. Int8 weights only on
+  // 256-token tiles: their 64- and 128-token tiles of 10240x8192 ran 1.07x and 1.12x slower
+  // (80 CTAs already streamed the weights at 74-80% of the copy ceiling; more SMs add only the
+  // partials' traffic), while int4 weights, converted on the way, gain from 64 tokens on.
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
   constexpr double kStreamKSlowdown = 1.5;
-  constexpr int kStreamKMinTokensPerWeightByte = 128;
+  const int min_stream_k_bm = weight_bits == 8 ? 256 : 64;
   best.stream_k = stream_k_possible && t.splits == 1 && !best.multicast_a &&
                   tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
                    (static_cast<double>(tiles) * kStreamKSlowdown <= sm_count &&
-                    t.bm * 8 >= kStreamKMinTokensPerWeightByte * weight_bits));
+                    t.bm >= min_stream_k_bm));
   best.persistent = best.stream_k ||
                     (t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
                      tiles > sm_count && sm90_persistent_allowed());
