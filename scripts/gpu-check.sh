@@ -74,6 +74,8 @@ if [ $run_tests -eq 1 ]; then
     filter+=':CudaActQuant.NormedInPlaceOverwritesXWithY'
     filter+=':CudaW4AFp8.EveryWeightValueAndExtremeActivationsMatchTheReference:CudaW4AFp8.SplitKMatchesTheReference'
     filter+=':CudaW4A8.FusedQuantizationReplaysInACudaGraph'
+    # sm90_w4a8_gemm's stream-K partials and fix-up (forced on four shapes, six formats).
+    filter+=':CudaW4A8.Sm90StreamKMatchesWholeTiles'
     # sm80_weight_only_gemm's edge tiles and hoisted copies (odd N, K tails), 8- and 4-bit.
     filter+=':Formats/CudaWeightOnlyLinear.MatchesReferenceOnOddShapes/w8a16_xbf16_bf16'
     filter+=':Formats/CudaWeightOnlyLinear.MatchesReferenceOnOddShapes/w4a16_g128_asym_xbf16_bf16'
