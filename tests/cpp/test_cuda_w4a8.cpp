@@ -454,25 +454,6 @@ TEST(Sm90Tiling, Int4TilesDoubleAndSplitOnLongK) {
   t = pick(128, 10240, 8192, 256);
   EXPECT_EQ(t.splits, 1);
 }
-
-// sm90_w4a8_gemm's stream-K rule on 132 SMs, from the H200 A/B of 2026-11-29 (plan_sm90_w4a8):
-// host logic, no GPU needed.
-TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseWave) {
-  // 80 channel tiles of 10240x8192: int4 weights from 64-token tiles on (0.85-0.94x the time),
-  // int8 weights on 256-token tiles (0.93x) but not 64 or 128 (1.07x, 1.12x slower).
-  for (int bm : {64, 128, 256}) EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, bm, 4)) << bm;
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 132, 64, 8));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 132, 128, 8));
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, 256, 8));
-  // 96 tiles of 6144x4096 at M = 256 ran 1.13-1.28x slower: more than 132 / 1.5 = 88 tiles.
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(88, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(89, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(96, 132, 128, 4));
-  // A second wave keeps whole (persistent) tiles; a GPU of fewer SMs takes fewer tiles.
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(160, 132, 256, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 114, 256, 4));
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(76, 114, 256, 4));
-}
 #endif
 
 TEST(CudaW4A8, RejectsMisalignedActivationsBeforeLaunch) {

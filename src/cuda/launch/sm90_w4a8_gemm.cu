@@ -326,12 +326,14 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // 256-token tiles: their 64- and 128-token tiles of 10240x8192 ran 1.07x and 1.12x slower
   // (80 CTAs already streamed the weights at 74-80% of the copy ceiling; more SMs add only the
   // partials' traffic), while int4 weights, converted on the way, gain from 64 tokens on.
-  // (sm90_w4a8_stream_k_pays; NIBBLE_SM90_STREAM_K=1 takes it wherever the K blocks allow.)
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
+  constexpr double kStreamKSlowdown = 1.5;
+  const int min_stream_k_bm = weight_bits == 8 ? 256 : 64;
   best.stream_k = stream_k_possible && t.splits == 1 && !best.multicast_a &&
                   tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
-                   sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
+                   (static_cast<double>(tiles) * kStreamKSlowdown <= sm_count &&
+                    t.bm >= min_stream_k_bm));
   best.persistent = best.stream_k ||
                     (t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
                      tiles > sm_count && sm90_persistent_allowed());
