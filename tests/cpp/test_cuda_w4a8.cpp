@@ -75,6 +75,46 @@ TEST(CudaW4A8, S32ExtremeValuesAtTheDocumentedMaximumK) {
   }
 }
 
+// sm90_w4a8_gemm decodes s4_sym weights as 16·v (high_nibble) while the 16× sums stay within
+// int32, up to K = max_int32_accumulation_k(s8, s8), and exactly (offset_xor) beyond. At that
+// bound, in one unsplit tile, every product at its extreme puts the sum next to the int32
+// limit: both decodings must give the reference's bytes, on random values too. One K block
+// more turns high_nibble off.
+TEST(CudaW4A8, Sm90HighNibbleDecodingHoldsUpToItsKBound) {
+  NIBBLE_REQUIRE_GPU();
+  if (!sm90a_kernels_here()) GTEST_SKIP() << "sm90_w4a8_gemm needs an sm_90a build on sm_90";
+  const ScopedEnv force("NIBBLE_W4A8_KERNEL", "sm90_w4a8_gemm");
+  const ScopedEnv unsplit("NIBBLE_SM90_SPLITS", "1");
+  const int64_t k = max_int32_accumulation_k(DType::s8, DType::s8) / 128 * 128;
+  const int64_t m = 3, n = 16;
+  const LinearFormat pc = parse_linear_format("w4a8_pc");
+  EXPECT_NE(explain(pc, m, n, k, Device::cuda()).find("high_nibble"), std::string::npos);
+  EXPECT_EQ(explain(pc, m, n, k + 128, Device::cuda()).find("high_nibble"), std::string::npos);
+  test::Rng rng;  // fresh seed, printed on failure
+  std::vector<std::pair<Tensor, Tensor>> cases;  // (a, w)
+  for (auto [a_byte, w_byte] : std::vector<std::pair<uint8_t, uint8_t>>{
+           {0x80, 0x88}, {0x80, 0x77}, {0x7F, 0x88}, {0x81, 0x77}}) {
+    Tensor a = Tensor::empty(DType::s8, {m, k}), w = Tensor::empty(DType::s4, {n, k});
+    a.fill_bytes(a_byte);
+    w.fill_bytes(w_byte);
+    cases.emplace_back(std::move(a), std::move(w));
+  }
+  cases.emplace_back(test::random_int(DType::s8, m, k, rng),
+                     test::random_int(DType::s4, n, k, rng));
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto& [a, w] = cases[c];
+    Tensor ref = Tensor::empty(DType::s32, {m, n});
+    gemm_s32(a.view(), w.view(), ref.view());
+    const PackedWeight wd = pack_s4_matrix(w.view(), Device::cuda());
+    for (const char* decoding : {"high_nibble", "offset_xor"}) {
+      SCOPED_TRACE(std::string(decoding) + (c + 1 < cases.size() ? ", extremes " : ", random ") +
+                   std::to_string(c));
+      const ScopedEnv decode("NIBBLE_SM90_W4_DECODE", decoding);
+      EXPECT_TRUE(same_bytes(gpu_s32(a, wd, m, n), ref));
+    }
+  }
+}
+
 TEST(CudaW4A8, SplitKIsDeterministic) {
   NIBBLE_REQUIRE_GPU();
   test::Rng rng;  // fresh seed, printed on failure
@@ -238,7 +278,7 @@ TEST(CudaW4A8, FusedQuantizationReplaysInACudaGraph) {
 
 // A random problem of a W4A8-family format: its weights, a bf16 bias (on the host and the GPU),
 // bf16 activations quantized as the format asks (a static scale of 0.6 for s8_per_tensor), on
-// the host and the GPU, and the CPU reference output in `out`.
+// the host and the GPU, and the CPU reference output (`ref`, of dtype `out`).
 struct LinearProblem {
   QuantizedWeight qw;
   Tensor bias, bias_d;
@@ -453,6 +493,25 @@ TEST(Sm90Tiling, Int4TilesDoubleAndSplitOnLongK) {
   // 128 tokens; as 256-token tiles in pairs it would need 80 clusters of two (66 run at once).
   t = pick(128, 10240, 8192, 256);
   EXPECT_EQ(t.splits, 1);
+}
+
+// sm90_w4a8_gemm's stream-K rule on 132 SMs, from the H200 A/B of 2026-11-29 (plan_sm90_w4a8):
+// host logic, no GPU needed.
+TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseWave) {
+  // 80 channel tiles of 10240x8192: int4 weights from 64-token tiles on (0.85-0.94x the time),
+  // int8 weights on 256-token tiles (0.93x) but not 64 or 128 (1.07x, 1.12x slower).
+  for (int bm : {64, 128, 256}) EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, bm, 4)) << bm;
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 132, 64, 8));
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 132, 128, 8));
+  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, 256, 8));
+  // 96 tiles of 6144x4096 at M = 256 ran 1.13-1.28x slower: more than 132 / 1.5 = 88 tiles.
+  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(88, 132, 128, 4));
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(89, 132, 128, 4));
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(96, 132, 128, 4));
+  // A second wave keeps whole (persistent) tiles; a GPU of fewer SMs takes fewer tiles.
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(160, 132, 256, 4));
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 114, 256, 4));
+  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(76, 114, 256, 4));
 }
 #endif
 

@@ -1,7 +1,8 @@
 // The int4 → 8-bit register decodings of the tensor-core kernels (src/cuda/common/
 // int4_decode.cuh), run on the CPU: the same inline functions the kernels call, with the
 // host emulation of prmt. Every nibble value in every byte position, and random words, against
-// the format's definition: u = v + 8, v ∈ [−8, 7]; the e4m3 decoding gives v·2⁻⁹ exactly,
+// the format's definition: u = v + 8, v ∈ [−8, 7]; the 16·v decoding (high_nibble) gives 16·v
+// as an int8; the e4m3 decoding gives v·2⁻⁹ exactly,
 // read back with the independent decoder of test_util.h; the f16 bit patterns of W4A-FP8's f16
 // route are 1024 + u and 1024 + 16u, from which the kernel's lo − 1032 and hi / 16 − 72 are v.
 #include <gtest/gtest.h>
@@ -16,8 +17,10 @@ namespace {
 
 using cuda::byte_perm;
 using cuda::decode_high_nibbles;
+using cuda::decode_high_nibbles_16v;
 using cuda::decode_high_nibbles_e4m3;
 using cuda::decode_low_nibbles;
+using cuda::decode_low_nibbles_16v;
 using cuda::decode_low_nibbles_e4m3;
 using cuda::kE4m3WeightScale;
 using cuda::kS4SymOffset4;
@@ -31,11 +34,15 @@ void expect_word_decodes(uint32_t word) {
   const uint32_t hi8 = decode_high_nibbles(word, 1u, kS4SymOffset4);
   const uint32_t lo_e = decode_low_nibbles_e4m3(word);
   const uint32_t hi_e = decode_high_nibbles_e4m3(word);
+  const uint32_t lo16 = decode_low_nibbles_16v(word);
+  const uint32_t hi16 = decode_high_nibbles_16v(word);
   for (int b = 0; b < 4; ++b) {
     const int v_lo = static_cast<int>(byte_of(word, b) & 0xF) - 8;
     const int v_hi = static_cast<int>(byte_of(word, b) >> 4) - 8;
     EXPECT_EQ(static_cast<int8_t>(byte_of(lo8, b)), v_lo) << std::hex << "word 0x" << word;
     EXPECT_EQ(static_cast<int8_t>(byte_of(hi8, b)), v_hi) << std::hex << "word 0x" << word;
+    EXPECT_EQ(static_cast<int8_t>(byte_of(lo16, b)), 16 * v_lo) << std::hex << "word 0x" << word;
+    EXPECT_EQ(static_cast<int8_t>(byte_of(hi16, b)), 16 * v_hi) << std::hex << "word 0x" << word;
     EXPECT_EQ(test::decode_e4m3(static_cast<uint8_t>(byte_of(lo_e, b))) * kE4m3WeightScale,
               static_cast<float>(v_lo))
         << std::hex << "word 0x" << word << " byte " << b;

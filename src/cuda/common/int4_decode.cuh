@@ -68,6 +68,32 @@ NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles(uint32_t word, uint32_t g
   return (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
 }
 
+/// (a & b) ^ c as one PTX lop3: with b and c constants ptxas otherwise emits a mask and an
+/// XOR, two LOP3s, since a LOP3 encodes one immediate; this way one constant sits in a register.
+NIBBLE_HOST_DEVICE_INLINE uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));  // (0xF0 & 0xCC) ^ 0xAA
+  return d;
+#else
+  return (a & b) ^ c;
+#endif
+}
+
+/// 16·v as int8 of the low nibbles of `word`, for s4_sym weights stored as u = v + 8 (bytes as
+/// decode_low_nibbles): u moved to the high half of its byte is 16u = 16v + 128, and XOR 0x80
+/// leaves 16v ∈ [-128, 112] in two's complement — a shift and one LOP3, against offset_xor's
+/// three instructions. Sums of these weights are 16× the true ones (multiples of 16, shifted
+/// back exactly), so the int32 span is the s8×s8 one: K ≤ max_int32_accumulation_k(s8, s8).
+NIBBLE_HOST_DEVICE_INLINE uint32_t decode_low_nibbles_16v(uint32_t word) {
+  return and_xor(word << 4, 0xF0F0F0F0u, 0x80808080u);
+}
+
+/// 16·v as int8 of the high nibbles of `word` (as decode_low_nibbles_16v; one LOP3).
+NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles_16v(uint32_t word) {
+  return and_xor(word, 0xF0F0F0F0u, 0x80808080u);
+}
+
 /// Four e4m3 codes of v·2⁻⁹ from the unsigned nibbles u = v + 8 in bits 0..3 of each byte of
 /// `nibbles` (bits 4..7 ignored); `sign_bytes` has bit 3 of each u at bit 7 of its byte.
 NIBBLE_HOST_DEVICE_INLINE uint32_t nibbles_to_e4m3(uint32_t nibbles, uint32_t sign_bytes) {

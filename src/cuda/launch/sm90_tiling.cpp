@@ -62,6 +62,12 @@ Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int
   return d;
 }
 
+bool sm90_w4a8_stream_k_pays(int64_t tiles, int sm_count, int bm, int weight_bits) {
+  constexpr double kStreamKSlowdown = 1.5;
+  const int min_bm = weight_bits == 8 ? 256 : 64;
+  return static_cast<double>(tiles) * kStreamKSlowdown <= sm_count && bm >= min_bm;
+}
+
 Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
                                          const Sm90TileCosts& costs, int min_kblocks_per_split,
                                          Sm90ClusterSplitK cluster) {

@@ -84,6 +84,14 @@ struct Sm90TileCosts {
 constexpr double kStreamKMinIdleShare = 0.1;
 constexpr int kMinStreamKBlocksPerCta = 4;
 
+/// Whether sm90_w4a8_gemm's planner trades an unsplit grid of `tiles` whole tiles of `bm`
+/// tokens (weights of `weight_bits`) for stream-K on sm_count SMs: only a grid of one wave that
+/// holds at most 1 / 1.5 of the SMs (a stream-K CTA's K blocks measured 1.4–1.5× a whole
+/// tile's), and for int8 weights only 256-token tiles (their smaller tiles already stream the
+/// weights near the copy ceiling). The measurements are in plan_sm90_w4a8; the caller checks
+/// that every CTA keeps kMinStreamKBlocksPerCta K blocks.
+bool sm90_w4a8_stream_k_pays(int64_t tiles, int sm_count, int bm, int weight_bits);
+
 /// The token tile and cluster split count (1..kMaxSm90ClusterSplits, each split at least
 /// cluster.min_kblocks_per_split K blocks) with the least estimated time: waves × the time of a
 /// CTA, where a wave is sm_count CTAs unsplit and clusters_at_once[s] clusters of s splits, so

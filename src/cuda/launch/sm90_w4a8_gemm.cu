@@ -24,6 +24,7 @@
 #include "cuda/launch/tensor_map.h"
 #include "cuda/sm90/sm90_w4a8_gemm.cuh"
 #include "nibble/device.h"
+#include "nibble/formats.h"
 
 namespace nibble::cuda {
 
@@ -326,14 +327,12 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // 256-token tiles: their 64- and 128-token tiles of 10240x8192 ran 1.07x and 1.12x slower
   // (80 CTAs already streamed the weights at 74-80% of the copy ceiling; more SMs add only the
   // partials' traffic), while int4 weights, converted on the way, gain from 64 tokens on.
+  // (sm90_w4a8_stream_k_pays; NIBBLE_SM90_STREAM_K=1 takes it wherever the K blocks allow.)
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
-  constexpr double kStreamKSlowdown = 1.5;
-  const int min_stream_k_bm = weight_bits == 8 ? 256 : 64;
   best.stream_k = stream_k_possible && t.splits == 1 && !best.multicast_a &&
                   tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
-                   (static_cast<double>(tiles) * kStreamKSlowdown <= sm_count &&
-                    t.bm >= min_stream_k_bm));
+                   sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
   best.persistent = best.stream_k ||
                     (t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
                      tiles > sm_count && sm90_persistent_allowed());
@@ -341,6 +340,16 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
                                  : sm_count;
+  // The 16·v decoding: a shift and one LOP3 for two of a thread's eight int8 registers per word
+  // pair, against offset_xor's seven instructions; the sums are 16× the true ones, so K must
+  // keep within the s8×s8 int32 span. Tiles of at most 128 tokens (W4A8WgmmaConfig::
+  // kHighNibbleDecode: 256-token ones gained nothing). Measured on the H200 against offset_xor:
+  // 0.84-0.96x the time at M = 64-256 and 0.87-0.89x at M = 1024 with 128-token tiles.
+  // NIBBLE_SM90_W4_DECODE=offset_xor keeps the exact decoding.
+  best.high_nibble = weight_bits == 4 && !a_e4m3 && best.bm <= 128 &&
+                     (epilogue == W4A8Epilogue::per_channel || epilogue == W4A8Epilogue::s32) &&
+                     k_pad <= max_int32_accumulation_k(DType::s8, DType::s8) &&
+                     !env_is("NIBBLE_SM90_W4_DECODE", "offset_xor");
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3, best.persistent)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3, best.persistent)
                                  : stages_of<64>(epilogue, weight_bits, a_e4m3, best.persistent);
@@ -349,7 +358,8 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
 
 std::string describe(const W4A8WgmmaPlan& plan) {
   return std::string(kernel_name(plan.weight_bits, plan.a_e4m3)) +
-         " (wgmma + TMA, warp-specialised) tile " + std::to_string(plan.bm) +
+         " (wgmma + TMA, warp-specialised)" + (plan.high_nibble ? " high_nibble" : "") +
+         " tile " + std::to_string(plan.bm) +
          "x128x128 (tokens x channels x K), 3 warpgroups, " + std::to_string(plan.stages) +
          " stages, grid " + std::to_string(plan.tiles_m) + "x" + std::to_string(plan.tiles_n) +
          (plan.splits > 1 ? " with split-K " + std::to_string(plan.splits) +
@@ -422,6 +432,7 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
+  p.high_nibble = plan.high_nibble;
   // Persistent tiles leave by TMA stores when TMA can address the output: 16-bit values, a
   // 16-byte aligned base and row pitch (otherwise through the slab).
   p.tma_store = plan.persistent && l.epilogue != W4A8Epilogue::s32 &&

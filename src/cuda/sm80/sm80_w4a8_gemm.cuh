@@ -752,13 +752,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
               b[nt][1] = decode_high_nibbles_e4m3(word);
             }
           } else if constexpr (Cfg::DECODE == W4Decode::high_nibble) {
-            // u = v + 8 in a nibble; moved to the high half of its byte, 16u = 16v + 128, and
-            // XOR 0x80 leaves 16v as an int8 (16v ∈ [-128, 112]). One LOP3 for the high nibbles,
-            // a shift and a LOP3 for the low ones.
             (void)gs;
             (void)offset4;
-            b[nt][0] = ((word << 4) & 0xF0F0F0F0u) ^ 0x80808080u;
-            b[nt][1] = (word & 0xF0F0F0F0u) ^ 0x80808080u;
+            b[nt][0] = decode_low_nibbles_16v(word);
+            b[nt][1] = decode_high_nibbles_16v(word);
           } else {
             b[nt][0] = decode_low_nibbles(word, gs, offset4);
             b[nt][1] = decode_high_nibbles(word, gs, offset4);

@@ -44,6 +44,12 @@
 //     a[2] = high nibbles, word j of n8 block 2w     (channels g,   k 16+4c..)
 //     a[3] = high nibbles, word j of n8 block 2w+1   (channels g+8, k 16+4c..)
 //   One 16-byte shared-memory load per n8 block gives a lane its words for all four k32 steps.
+//   Per channel and s32 (int8 activations, K ≤ max_int32_accumulation_k(s8, s8), tiles of at
+//   most 128 tokens; p.high_nibble) a word becomes 16·v: a shift and one LOP3 for the low
+//   nibbles, one LOP3 for the high ones (decode_*_nibbles_16v), against offset_xor's seven
+//   instructions per word; the int32 sums are 16× the true ones and are shifted back exactly
+//   after the main loop. The other formats (two-level groups, f32 group scales), 256-token tiles
+//   and longer K decode with offset_xor, exactly.
 //
 // Work split
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
@@ -175,6 +181,10 @@ struct W4A8WgmmaParams {
   // Launched to overlap the kernel before it (cluster-split grids, one tile per CTA, no
   // multicast): the producer issues the first stages' weight loads before griddepcontrol.wait.
   bool overlap = false;
+  // int4 s4_sym weights with int8 activations, per channel or s32 (Cfg::kHighNibbleDecode): the
+  // weights become 16·v (decode_*_nibbles_16v) and the sums are shifted back after the main
+  // loop; only where K ≤ max_int32_accumulation_k(s8, s8), else the exact offset_xor decoding.
+  bool high_nibble = false;
 };
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false,
@@ -204,6 +214,15 @@ struct W4A8WgmmaConfig {
   /// The raw tile the epilogue parks holds f32 sums (group scales folded in, or fp8), not int32:
   /// split-K partials must then be added as floats.
   static constexpr bool kFloatTile = kGroupScales || kFp8;
+  /// The formats whose main loop can take the weights as 16·v (p.high_nibble): int4 s4_sym
+  /// weights, int8 activations, one integer sum over all of K (per channel, s32), tiles of at
+  /// most 128 tokens. 256-token tiles convert each weight word for twice the tokens, so the
+  /// decoding is not what bounds them: measured on the H200 they gained nothing (M = 1024 of
+  /// 4096x4096, 3584x3584, 4096x14336: 0.97-1.00x the time) and stream-K's 256-token tiles of
+  /// 10240x8192 at M = 256 ran 1.17x slower with both loops in the kernel.
+  static constexpr bool kHighNibbleDecode =
+      !kW8 && !kFp8 && BM <= 128 &&
+      (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::s32);
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // accumulators per consumer thread (int32, or f32 fp8)
   static constexpr int kABytes = BM * kBK;
@@ -426,30 +445,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // One K block: wait for its stage and convert this lane's weight words into frag (the A
     // fragments of the block's four k32 steps; int8 weights need none, wgmma reads them from
     // shared memory). Returns the stage.
-    auto decode_block = [&](int it, uint32_t (&frag)[4][4]) {
+    // `high_nibble` (std::bool_constant): the weights as 16·v (p.high_nibble), else offset_xor.
+    auto decode_block = [&](int it, uint32_t (&frag)[4][4], [[maybe_unused]] auto high_nibble) {
       const int ring_it = kb_done + it;
       const int s = ring_it % STAGES;
       ptx::mbarrier_wait(&full[s], (ring_it / STAGES) & 1);
-      const uint8_t* w_sh = smem + s * Cfg::kStageBytes + Cfg::kABytes;
       if constexpr (!Cfg::kW8) {
-        const uint8_t* g_sh = w_sh + Cfg::kWBytes;
+        const uint8_t* w_sh = smem + s * Cfg::kStageBytes + Cfg::kABytes;
         const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
         const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
-        uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
-        if constexpr (Cfg::kGroupParams) {
-          const uint16_t* prm = reinterpret_cast<const uint16_t*>(g_sh);
-          two_level_operands(prm[ch_local], gs0, off0);
-          two_level_operands(prm[ch_local + 8], gs1, off1);
-        }
         const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
+        if constexpr (Cfg::kFp8) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if constexpr (Cfg::kFp8) {
+          for (int j = 0; j < 4; ++j) {
             frag[j][0] = decode_low_nibbles_e4m3(word0[j]);
             frag[j][1] = decode_low_nibbles_e4m3(word1[j]);
             frag[j][2] = decode_high_nibbles_e4m3(word0[j]);
             frag[j][3] = decode_high_nibbles_e4m3(word1[j]);
-          } else {
+          }
+        } else if constexpr (decltype(high_nibble)::value) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            frag[j][0] = decode_low_nibbles_16v(word0[j]);
+            frag[j][1] = decode_low_nibbles_16v(word1[j]);
+            frag[j][2] = decode_high_nibbles_16v(word0[j]);
+            frag[j][3] = decode_high_nibbles_16v(word1[j]);
+          }
+        } else {
+          uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
+          if constexpr (Cfg::kGroupParams) {
+            const uint16_t* prm = reinterpret_cast<const uint16_t*>(w_sh + Cfg::kWBytes);
+            two_level_operands(prm[ch_local], gs0, off0);
+            two_level_operands(prm[ch_local + 8], gs1, off1);
+          }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
             frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
             frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
             frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
@@ -517,21 +547,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
       };
-      run_blocks_with_running_sums(seg_kb, frag, decode_block, issue, keep_until_here, fold,
+      auto decode_offset_xor = [&](int it, uint32_t (&f)[4][4]) {
+        return decode_block(it, f, std::false_type{});
+      };
+      run_blocks_with_running_sums(seg_kb, frag, decode_offset_xor, issue, keep_until_here, fold,
                                    release);
     } else {
       // Per-channel and integer formats keep one block's wgmma in flight while the next block is
       // converted and issued (cuda/sm90/block_pipeline.cuh).
-      auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
-        const int s = decode_block(it, f);
-        issue(s, f, false);
-        return s;
+      // The decoding is a runtime choice (p.high_nibble), so each loop is compiled once per
+      // decoding rather than each kernel once per decoding.
+      auto main_loop = [&](auto high_nibble) {
+        auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
+          const int s = decode_block(it, f, high_nibble);
+          issue(s, f, false);
+          return s;
+        };
+        run_blocks_one_in_flight(seg_kb, frag, issue_block, keep_until_here, release);
       };
-      run_blocks_one_in_flight(seg_kb, frag, issue_block, keep_until_here, release);
+      if constexpr (Cfg::kHighNibbleDecode) {
+        if (p.high_nibble) main_loop(std::true_type{});
+        else main_loop(std::false_type{});
+      } else {
+        main_loop(std::false_type{});
+      }
     }
     kb_done += seg_kb;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+    if constexpr (Cfg::kHighNibbleDecode) {
+      // 16·v weights: every sum is a multiple of 16, shifted back exactly before any partial,
+      // reduction or epilogue sees it.
+      if (p.high_nibble) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[i] >>= 4;
+      }
+    }
     if constexpr (kPersistent) {
       // The raw sums a partial carries: the f32 running sums of the group formats, else the
       // accumulators (int32 partials add exactly: a stream-K tile equals the unsplit one).
