@@ -3,7 +3,9 @@
 # with a patch applied or taken out (B, in a copy of the tree under build/ab-b) are built at the
 # same time, then A, B, A, B are timed with the same `nibble bench gemm` options (cuBLAS bf16
 # beside each run), so machine drift shows in the repeats and the peers' rows.
-# Writes OUT/{a1,b1,a2,b2}.json and .log, OUT/build.log and OUT/ab.txt.
+# Writes OUT/ab.txt (the table, and B's test summaries) and OUT/ab_runs.tar.gz ({a,b}{1,2}.json
+# and .log, build.log, B's test logs): two files, so the device tool (at most 8 files a call)
+# returns everything.
 #   usage: scripts/ab_bench.sh PATCH OUT [--reverse] [bench gemm options...]
 #     PATCH      a `git diff` of src/ (made here; it travels with the tree, e.g. under build/dev)
 #     --reverse  B is the tree with PATCH taken out (PATCH = base..HEAD: B is the base)
@@ -16,7 +18,7 @@
 #   NIBBLE_AB_TESTS=FILTER (patch mode) then builds B's test binary in its tree (the library is
 #   built already: about a minute) and runs that gtest filter, and NIBBLE_AB_MEMCHECK=FILTER
 #   runs compute-sanitizer memcheck on it: a patch's tests in the same call as its timing. The
-#   summaries go to the end of ab.txt (the device tool returns at most 8 files).
+#   summaries go to the end of ab.txt.
 # Both variants build with the sm90a preset (A in build/sm90a, B in build/ab-b/build/sm90a); the
 # two builds share the cores, and together take about as long as one (the longest translation
 # unit, about 210 s on the 16-core H100 hosts, bounds each).
@@ -59,6 +61,17 @@ else
   build_variants "$patch_file" "$out" "${apply[@]}" || exit 1
   bin_a=build/sm90a/nibble bin_b=build/ab-b/build/sm90a/nibble
 fi
+# Everything but ab.txt goes into one archive at the end, whatever the exit.
+pack_runs() {
+  local files=()
+  for f in a1.json a2.json b1.json b2.json a1.log a2.log b1.log b2.log build.log b_tests.log \
+           b_memcheck.log; do
+    [ -f "$out/$f" ] && files+=("$f")
+  done
+  [ ${#files[@]} -gt 0 ] && tar -czf "$out/ab_runs.tar.gz" -C "$out" "${files[@]}" &&
+    ( cd "$out" && rm -f "${files[@]}" )
+}
+trap pack_runs EXIT
 for run in 1 2; do
   for v in a b; do
     bin=bin_$v
