@@ -6,7 +6,8 @@
 # (scripts/split_sweep_table.py, written to OUT/table.txt). The planner's run also times cuBLAS
 # bf16 for the ratios.
 #   usage: scripts/split_sweep.sh NIBBLE OUT [SPLITS] [bench gemm options...]
-#     NIBBLE  the nibble binary; OUT  a folder for plan.json and split<N>.json
+#     NIBBLE  the nibble binary; OUT  a folder for plan.json and split<N>.json (packed into
+#             OUT/sweep_runs.tar.gz at the end, beside OUT/table.txt)
 #     SPLITS  comma list of forced counts (default 1,2,3,4,5,6,7,8,10,12,16)
 #   NIBBLE_COMMIT (env) is recorded in plan.json and the table; NIBBLE_SWEEP_KNOB (env) names the
 #   variable that forces the count (default NIBBLE_SM80_SPLITS).
@@ -33,3 +34,6 @@ for s in ${splits//,/ }; do
   table
 done
 cat "$out/table.txt"
+# The runs' JSON and logs in one archive beside table.txt (the device tool returns 8 files).
+( cd "$out" && tar -czf sweep_runs.tar.gz plan.json plan.log split*.json split*.log &&
+  rm -f plan.json plan.log split*.json split*.log )
