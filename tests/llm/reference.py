@@ -710,7 +710,8 @@ def llama3_rope_divisors(theta, hd, factor, low, high, orig):
     return np.array(out, dtype=np.float32)
 
 
-LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+# The block linears by their GGUF roles (blk.N.<role>.weight).
+GGUF_LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
 def cmd_requant(args):
@@ -737,7 +738,7 @@ def cmd_requant(args):
         shape = tuple(int(d) for d in reversed(t.shape))
         x = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
         role = t.name.split(".")[-2] if t.name.startswith("blk.") else ""
-        if role not in LINEARS:
+        if role not in GGUF_LINEARS:
             w.add_tensor(t.name, x)
             continue
         name = types[n_lin % len(types)]
@@ -750,6 +751,8 @@ def cmd_requant(args):
         used[name] = used.get(name, 0) + 1
         err.setdefault(name, []).append(np.linalg.norm(back - x) / np.linalg.norm(x))
         w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=qt)
+    if n_lin == 0:  # a file of plain floats would make the checks that read it vacuous
+        sys.exit(f"requant: {args.model} has no block linears ({', '.join(GGUF_LINEARS)})")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -804,7 +807,8 @@ def cmd_make_arch(args):
     the qwen2 pre-tokenizer, and, seeded: qwen2's biases on q, k, v (about 2% of the weight rows'
     norm), qwen3's per-head q/k RMSNorm weights (1 ± 0.2), or phi3's fused attn_qkv and ffn_up
     (gate rows, then up rows) — every difference of the architecture, on a model that still
-    generates text."""
+    generates text. Its matrices are F16 (the model's Q4_1 and Q8_0 values rounded once), which
+    both sides of every check read from this file."""
     ref = Reference(args.model)
     assert ref.arch == "llama", "make-arch starts from a llama GGUF file"
     arch = args.arch
@@ -820,7 +824,8 @@ def cmd_make_arch(args):
         if name.endswith("attn_q.weight") or name.endswith("attn_k.weight"):
             heads = ref.n_heads if name.endswith("attn_q.weight") else ref.n_kv_heads
             x = x.reshape(heads, hd // 2, 2, -1).swapaxes(1, 2).reshape(x.shape)
-        tensors[name] = np.ascontiguousarray(x, dtype=np.float32)
+        # Matrices as F16 (half the bytes of F32: CI's disk), vectors as F32.
+        tensors[name] = np.ascontiguousarray(x, dtype=np.float16 if x.ndim == 2 else np.float32)
     if arch == "phi3":  # q|k|v as attn_qkv, gate|up as ffn_up (llama.cpp's phi3 names)
         for l in range(ref.n_layers):
             p = f"blk.{l}."
@@ -850,7 +855,8 @@ def cmd_make_arch(args):
 
 
 def hf_export(ref, rope_llama3=None):
-    """The model as Hugging Face tensors (float32, HF names and row order) and config.json."""
+    """The model as Hugging Face tensors (HF names and row order; float32, or float16 where it
+    holds a matrix exactly) and config.json."""
     hd = ref.head_dim
 
     def unpermute(w, heads):  # llama.cpp's converter permutation, undone
@@ -898,6 +904,9 @@ def hf_export(ref, rope_llama3=None):
                       (float(v) for v in rope_llama3.split(",")))) | {"rope_type": "llama3"},
               "bos_token_id": int(f["tokenizer.ggml.bos_token_id"].contents()),
               "eos_token_id": int(f["tokenizer.ggml.eos_token_id"].contents())}
+    for name, x in out.items():  # matrices F16 holds exactly (make-arch's) as F16: half the bytes
+        if x.ndim == 2 and np.array_equal(x.astype(np.float16).astype(np.float32), x):
+            out[name] = x.astype(np.float16)
     return out, config
 
 
@@ -924,8 +933,8 @@ def cmd_export_hf(args):
 # nibble first, scales (n, k/G) f16, zeros (n, k/G) u8) by this file's own code, so that nibble
 # must give identical logits for the two.
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's pack order: nibble i holds column 8c + AWQ_ORDER[i]
-LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+HF_LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
 def rtn_asym(w, group, min_zero):
@@ -958,7 +967,7 @@ def cmd_export_quantized(args):
     foreign, native = {}, {}
     for name, w in out.items():
         stem = name[:-len(".weight")]
-        if not any(stem.endswith(l) for l in LINEARS):
+        if not any(stem.endswith(l) for l in HF_LINEARS):
             foreign[name] = w
             native[name] = w
             continue
