@@ -336,9 +336,8 @@ class CpuBackend final : public Backend, public BlockRunner {
         }
       }
     };
-    // One decode step over a short cache is too little work to wake the pool for.
     const int64_t work = m * c_.n_heads * (pos + m) * hd;
-    if (work >= (int64_t{1} << 20))
+    if (work >= kParallelAttentionWork)
       pool_.parallel_for(m * c_.n_heads, run);
     else
       run(0, m * c_.n_heads);

@@ -43,11 +43,6 @@ namespace {
 constexpr int64_t kBlockN = 16;
 constexpr int64_t kBlockM = 64;
 
-// Below this many multiply-adds a product runs on the calling thread: waking the pool costs
-// tens of microseconds (a condition variable), more than a decode step's 576×1536 product
-// takes on one core (measured 0.1 ms alone, 0.2 ms split over two threads).
-constexpr int64_t kParallelMacs = int64_t{1} << 22;
-
 template <class W, class Gemm>
 void gemm_rows(const float* x, int64_t m, const W* w, int64_t n, int64_t k, float* y,
                ThreadPool* pool, Gemm gemm) {
@@ -60,7 +55,7 @@ void gemm_rows(const float* x, int64_t m, const W* w, int64_t n, int64_t k, floa
     }
   };
   const int64_t blocks = (n + kBlockN - 1) / kBlockN;
-  if (pool != nullptr && pool->size() > 1 && m * n * k >= kParallelMacs)
+  if (pool != nullptr && pool->size() > 1 && m * n * k >= kParallelLinearMacs)
     pool->parallel_for(blocks, run);
   else
     run(0, blocks);
@@ -169,7 +164,7 @@ class NibbleLinear final : public Linear {
     const TensorView yv = TensorView::contiguous(y, DType::f32, {m, n_});
     // Output columns split over the pool; each chunk is one call of the public linear on a
     // row range of W (row views of q, scales, zeros) writing a column range of y.
-    const int64_t chunks = pool_ != nullptr && m * n_ * kp_ >= kParallelMacs ? pool_->size() : 1;
+    const int64_t chunks = pool_ != nullptr && m * n_ * kp_ >= kParallelLinearMacs ? pool_->size() : 1;
     const int64_t step = (n_ + chunks - 1) / chunks;
     auto run = [&](auto&& call) {
       auto part = [&](int64_t c0, int64_t c1) {

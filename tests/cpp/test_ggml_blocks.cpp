@@ -1,7 +1,8 @@
 // The ggml block decoders (llm/ggml_blocks.h): every quantized type is built here from random
 // quants and scales by an encoder written from the layout description (the inverse direction of
 // the decoder), decoded, and compared with scale·q (− min) per element. tests/llm/reference.py
-// `check-ggml-types` checks the same decoders against gguf-py's on a whole model.
+// `requant` re-encodes a whole model in these types and `check` runs it against gguf-py's decoders
+// (CTest llm_ggml_types_logits_vs_gguf_py).
 #include <gtest/gtest.h>
 
 #include <cmath>

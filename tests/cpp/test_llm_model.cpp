@@ -20,6 +20,7 @@
 #include "llm/tokenizer.h"
 #include "nibble/status.h"
 #include "test_llm_util.h"
+#include "test_util.h"
 
 namespace nibble::llm {
 namespace {
@@ -483,11 +484,26 @@ TEST(LlmCpuBackend, QuantizedModesStayCloseToF32) {
   }
 }
 
+// The pool runs only linears of kParallelLinearMacs multiply-adds and attention of
+// kParallelAttentionWork (llm/linear.h), which the tiny model's never reach: a wider model and a
+// longer prompt, above both, so that two threads really split the work.
 TEST(LlmCpuBackend, ThreadCountDoesNotChangeResults) {
-  std::vector<float> one, two;
-  tiny_backend("bf16", 1)->forward(kPrompt, 0, true, one);
-  tiny_backend("bf16", 2)->forward(kPrompt, 0, true, two);
-  EXPECT_EQ(one, two);
+  ModelConfig c = tiny_config();
+  c.dim = 256, c.n_heads = 8, c.n_kv_heads = 4, c.head_dim = 32, c.ffn_dim = 512;
+  c.max_context = 128;
+  nibble::test::Rng rng;
+  std::vector<int32_t> prompt(80);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng.uniform_int(0, c.vocab_size - 1));
+  const auto tokens = static_cast<int64_t>(prompt.size());
+  ASSERT_GE(tokens * c.ffn_dim * c.dim, kParallelLinearMacs);
+  ASSERT_GE(tokens * c.n_heads * tokens * c.head_dim, kParallelAttentionWork);
+  for (const char* mode : {"bf16", "w4a8_g128", "w4a16_g128"}) {
+    std::vector<float> one, two;
+    tiny_backend(mode, 1, c)->forward(prompt, 0, true, one);
+    tiny_backend(mode, 2, c)->forward(prompt, 0, true, two);
+    ASSERT_EQ(one.size(), prompt.size() * static_cast<size_t>(c.vocab_size)) << mode;
+    EXPECT_EQ(one, two) << mode;
+  }
 }
 
 TEST(LlmCpuBackend, BadRequestsAreRejected) {

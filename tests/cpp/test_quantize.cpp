@@ -309,13 +309,17 @@ TEST(QuantizeWeight, StridedBuffersMatchContiguousOnes) {
 
     const test::Strided w_strided = test::strided_copy(w, k + 6, 0xFF);  // NaN bf16 gaps
     std::vector<test::Strided> bufs;
+    std::vector<Tensor> vectors;  // rank-1 scales have no rows to pad: poisoned fresh tensors
     QuantizedWeightView out{f, n, k, {}, {}, {}, {}};
     TensorView* views[] = {&out.q, &out.scales, &out.zeros, &out.group_scales};
     const Tensor* refs[] = {&ref.q, &ref.scales, &ref.zeros, &ref.group_scales};
+    vectors.reserve(4);
     for (int i = 0; i < 4; ++i) {
       if (!refs[i]->defined()) continue;
       if (refs[i]->view().rank == 1) {
-        *views[i] = refs[i]->view();  // rank-1 scales have no rows to pad
+        vectors.push_back(Tensor::empty(refs[i]->view().dtype, {refs[i]->view().size(0)}));
+        std::memset(vectors.back().data(), 0xC3, static_cast<size_t>(vectors.back().nbytes()));
+        *views[i] = vectors.back().view();
         continue;
       }
       const TensorView& r = refs[i]->view();
@@ -323,9 +327,15 @@ TEST(QuantizeWeight, StridedBuffersMatchContiguousOnes) {
       *views[i] = bufs.back().view;
     }
     quantize_weight(w_strided.view, out);
-    size_t b = 0;
+    size_t b = 0, v = 0;
     for (int i = 0; i < 4; ++i) {
-      if (!refs[i]->defined() || refs[i]->view().rank == 1) continue;
+      if (!refs[i]->defined()) continue;
+      if (refs[i]->view().rank == 1) {
+        const Tensor& got = vectors[v++];
+        ASSERT_EQ(std::memcmp(got.data(), refs[i]->data(), static_cast<size_t>(got.nbytes())), 0)
+            << "buffer " << i;
+        continue;
+      }
       const test::Strided& s = bufs[b++];
       const TensorView& r = refs[i]->view();
       const int64_t row_bytes = dtype_storage_bytes(r.dtype, r.size(1));

@@ -521,8 +521,14 @@ struct Comparison {
   int64_t non_finite = 0;  ///< elements of got that are NaN or ±inf (e.g. never written)
 };
 
+/// An empty reference, or got of another size, compares as infinitely far (nothing compared
+/// must not pass).
 inline Comparison compare(const std::vector<double>& got, const std::vector<double>& ref) {
   Comparison c;
+  if (ref.empty() || got.size() != ref.size()) {
+    c.rel_frob = c.max_abs = std::numeric_limits<double>::infinity();
+    return c;
+  }
   double num = 0, den = 0, ref_max = 0, diff_max = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (!std::isfinite(got[i])) {

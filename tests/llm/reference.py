@@ -317,10 +317,16 @@ def cmd_check_same(args):
     la, ga, _ = run_nibble(args.nibble, args.a, prompt, args.n, args.format)
     lb, gb, _ = run_nibble(args.nibble, args.b, prompt, args.n, args.format)
     same = np.array_equal(la, lb) and ga == gb
-    print(f"{args.a} and {args.b}: logits and {len(ga)} tokens "
+    print(f"{args.a} and {args.b}: logits ({la.size} values) and {len(ga)} tokens "
           + ("identical" if same else "DIFFER"))
-    print("PASS" if same else "FAIL")
-    return 0 if same else 1
+    # Two empty runs are "identical": the logits of every prompt position and n tokens, or FAIL.
+    complete = la.size >= len(prompt) and la.size % len(prompt) == 0 and len(ga) == args.n
+    if not complete:
+        print(f"FAIL: {la.size} logits for {len(prompt)} prompt positions, {len(ga)} tokens of "
+              f"{args.n} asked")
+    ok = same and complete
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
 
 
 def cmd_check_tokens(args):
@@ -535,6 +541,9 @@ def cmd_check_pre_split(args):
     used = sum(t in (n - 2, n - 1) for ids in want for t in ids)
     print(f"the words only ignore_merges builds appear {used} times"
           + (" (ignore_merges is on)" if ignore_merges else " (ignore_merges is off)"))
+    if ignore_merges and used == 0:  # else the comparison says nothing about ignore_merges
+        print("FAIL: with ignore_merges on, tokenizers produced none of the two words")
+        ok = False
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
@@ -751,8 +760,12 @@ def cmd_requant(args):
         used[name] = used.get(name, 0) + 1
         err.setdefault(name, []).append(np.linalg.norm(back - x) / np.linalg.norm(x))
         w.add_tensor(t.name, raw, raw_shape=raw.shape, raw_dtype=qt)
-    if n_lin == 0:  # a file of plain floats would make the checks that read it vacuous
-        sys.exit(f"requant: {args.model} has no block linears ({', '.join(GGUF_LINEARS)})")
+    # A type asked for but written nowhere (or a file of plain floats) would make the checks that
+    # read the file vacuous for it.
+    unused = [t for t in types if t not in used]
+    if unused:
+        sys.exit(f"requant: no block linear of {args.model} took {', '.join(unused)} "
+                 f"({n_lin} linears of roles {', '.join(GGUF_LINEARS)})")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
