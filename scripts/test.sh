@@ -5,6 +5,9 @@
 # The Python stage builds nibble._C in the same build (python/CMakeLists.txt) with the virtual
 # environment that `scripts/ensure-deps.sh --python` prepares, then runs pytest on
 # tests/python against build/<preset>/python. NIBBLE_PYTHON=0 leaves Python out.
+# Last, scripts/check-pip-install.sh installs the project with `pip install .` into a fresh
+# virtual environment (the CPU library: the kernels were built above) and runs the installed
+# package and command from outside the tree; NIBBLE_PIP_CHECK=0 leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${NIBBLE_PRESET:-ci}"
@@ -21,4 +24,7 @@ cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)"
 if [ "${NIBBLE_PYTHON:-1}" != 0 ]; then
   PYTHONPATH="build/$preset/python" "$venv/bin/python" -m pytest tests/python -q -rs
+  if [ "${NIBBLE_PIP_CHECK:-1}" != 0 ]; then
+    scripts/check-pip-install.sh "build/$preset-pip-check"
+  fi
 fi
