@@ -22,6 +22,9 @@ fi
 cmake --preset "$preset" "${python_flags[@]}"
 cmake --build --preset "$preset" -j "$(nproc)"
 ctest --preset "$preset" -j "$(nproc)"
+# The README's first command, as a newcomer runs it (8 tokens): the build above is reused.
+NIBBLE_PRESET="$preset" scripts/demo.sh -n 8 | tee "build/$preset/demo.log"
+grep -q "TTFT ms" "build/$preset/demo.log" || { echo "FAIL: scripts/demo.sh printed no report"; exit 1; }
 if [ "${NIBBLE_PYTHON:-1}" != 0 ]; then
   PYTHONPATH="build/$preset/python" "$venv/bin/python" -m pytest tests/python -q -rs
   if [ "${NIBBLE_PIP_CHECK:-1}" != 0 ]; then
