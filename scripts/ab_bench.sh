@@ -12,10 +12,12 @@
 #   e.g. git diff 134626a HEAD -- src > build/dev/ab.patch
 #        scripts/ab_bench.sh build/dev/ab.patch "$OUT" --reverse --formats w4a16_g128,w8a16 --m 1,16
 #   or:  scripts/ab_bench.sh --binaries BIN_A BIN_B OUT [bench gemm options...]
-#     times two `nibble` binaries built elsewhere, without building.
+#     times two `nibble` binaries built elsewhere, without building (e.g. packed here by
+#     scripts/prebuilt.sh and carried); NIBBLE_AB_TESTS_BIN names B's test binary for
+#     NIBBLE_AB_TESTS / NIBBLE_AB_MEMCHECK.
 #   NIBBLE_AB_PEERS=all times cuBLASLt int8 (+ rescale) and FP8 beside cuBLAS bf16;
 #   NIBBLE_COMMIT names A's commit in the JSON (B's is that plus " (B)");
-#   NIBBLE_AB_TESTS=FILTER (patch mode) then builds B's test binary in its tree (the library is
+#   NIBBLE_AB_TESTS=FILTER then builds B's test binary in its tree (patch mode; the library is
 #   built already: about a minute) and runs that gtest filter, and NIBBLE_AB_MEMCHECK=FILTER
 #   runs compute-sanitizer memcheck on it: a patch's tests in the same call as its timing. The
 #   summaries go to the end of ab.txt.
@@ -99,15 +101,19 @@ for (op, n, k, m), t in sorted(rows.items()):
 PY
 cat "$out/ab.txt"
 
-if [ -n "${NIBBLE_AB_TESTS:-}" ] && [ -z "${bin_a_given:-}" ]; then
-  ( cd build/ab-b && cmake --build --preset sm90a -j "$(nproc)" --target nibble_tests ) \
-    >> "$out/build.log" 2>&1 ||
-    { echo "B's test binary did not build" | tee -a "$out/ab.txt"; tail -30 "$out/build.log"; exit 1; }
-  tests_b=build/ab-b/build/sm90a/tests/cpp/nibble_tests
+if [ -n "${NIBBLE_AB_TESTS:-}" ] && { [ -z "${bin_a_given:-}" ] || [ -n "${NIBBLE_AB_TESTS_BIN:-}" ]; }; then
+  if [ -n "${bin_a_given:-}" ]; then
+    tests_b=$NIBBLE_AB_TESTS_BIN
+  else
+    ( cd build/ab-b && cmake --build --preset sm90a -j "$(nproc)" --target nibble_tests ) \
+      >> "$out/build.log" 2>&1 ||
+      { echo "B's test binary did not build" | tee -a "$out/ab.txt"; tail -30 "$out/build.log"; exit 1; }
+    tests_b=build/ab-b/build/sm90a/tests/cpp/nibble_tests
+  fi
   "$tests_b" --gtest_filter="$NIBBLE_AB_TESTS" > "$out/b_tests.log" 2>&1
   rc=$?
   { echo; echo "B's tests ($NIBBLE_AB_TESTS): rc=$rc"
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|tests? ran|Failure|error" "$out/b_tests.log" | head -30
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) *\]|tests? ran|Failure|error" "$out/b_tests.log" | head -30
   } | tee -a "$out/ab.txt"
   if [ -n "${NIBBLE_AB_MEMCHECK:-}" ]; then
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 --print-limit 10 "$tests_b" \
