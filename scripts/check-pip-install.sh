@@ -22,14 +22,15 @@ echo "pip install . took $((SECONDS - t0)) s"
 cd "$dir"  # away from the source tree: only the installed package can be imported
 "$dir/venv/bin/nibble" formats | grep -q w4a8_g128 ||
   { echo "FAIL: the installed nibble command does not list w4a8_g128"; exit 1; }
-"$dir/venv/bin/python" - "$src" <<'EOF'
+"$dir/venv/bin/python" - <<'EOF'
 import os, sys
 import numpy as np
 import nibble
 
-src = sys.argv[1]
 where = os.path.dirname(nibble.__file__)
-assert not where.startswith(src), f"imported nibble from the source tree ({where})"
+site = os.path.realpath(os.path.join(sys.prefix, "lib"))
+assert os.path.realpath(where).startswith(site + os.sep), \
+    f"imported nibble from {where}, not from the virtual environment's {site}"
 rng = np.random.default_rng()
 m, n, k = 3, 40, 256
 w = rng.standard_normal((n, k)).astype(np.float32)
