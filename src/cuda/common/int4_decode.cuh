@@ -80,6 +80,17 @@ NIBBLE_HOST_DEVICE_INLINE uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
 #endif
 }
 
+/// (a & b) | c as one PTX lop3 (see and_xor): e.g. a nibble mask and a float's magic exponent.
+NIBBLE_HOST_DEVICE_INLINE uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));  // (0xF0 & 0xCC) | 0xAA
+  return d;
+#else
+  return (a & b) | c;
+#endif
+}
+
 /// 16·v as int8 of the low nibbles of `word`, for s4_sym weights stored as u = v + 8 (bytes as
 /// decode_low_nibbles): u moved to the high half of its byte is 16u = 16v + 128, and XOR 0x80
 /// leaves 16v ∈ [-128, 112] in two's complement — a shift and one LOP3, against offset_xor's

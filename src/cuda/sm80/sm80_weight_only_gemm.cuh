@@ -62,6 +62,7 @@
 #include <type_traits>
 
 #include "cuda/common/element.cuh"
+#include "cuda/common/int4_decode.cuh"
 #include "cuda/common/overlap_prologue.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/raster.cuh"
@@ -149,6 +150,9 @@ struct WeightOnlyGemmConfig {
   static constexpr int kSmemBytes = STAGES * kStageBytes;
   /// u − c of the symmetric encodings (u = v + 8, u = v + 128).
   static constexpr int kCenter = kBits == 4 ? 8 : 128;
+  /// 4-bit pairs as two LOP3s (mask, then magic; raw_pair): holding the mask in a register for
+  /// one LOP3 costs a register these 128-register tiles cannot spare (see the header).
+  static constexpr bool kNibbleMaskInRegister = false;
 
   static_assert(kBits == 4 || kBits == 8, "4- or 8-bit weights");
   static_assert(kGrouped == (kGroupRows > 0) && 8 % kGroupRowsMax == 0,
@@ -188,7 +192,12 @@ __device__ __forceinline__ uint32_t raw_pair(const uint32_t (&words)[Cfg::kLaneB
   if constexpr (Cfg::kBits == 4) {
     // word step/2, bits [8sp + 4half, +4) and [16 + 8sp + 4half, +4): the two k of the pair.
     const int sp = step & 1;
-    return ((words[step >> 1] >> (8 * sp + 4 * half)) & 0x000F000Fu) | Half2Magic<T>::kBits2;
+    const uint32_t shifted = words[step >> 1] >> (8 * sp + 4 * half);
+    // A LOP3 encodes one immediate: mask and magic as written are two LOP3s; and_or holds one
+    // of them in a register (Cfg::kNibbleMaskInRegister).
+    if constexpr (Cfg::kNibbleMaskInRegister)
+      return and_or(shifted, 0x000F000Fu, Half2Magic<T>::kBits2);
+    else return (shifted & 0x000F000Fu) | Half2Magic<T>::kBits2;
   } else if constexpr (Cfg::kF16) {
     // bytes 2half, 2half+1 of the step's word under 0x64 high bytes
     return __byte_perm(words[step], 0x64646464u, half == 0 ? 0x4140u : 0x4342u);
@@ -216,9 +225,11 @@ __device__ __forceinline__ GroupPair group_pair(const float* g_sh, int table_wor
                                                 int col) {
   using T = typename Cfg::T;
   GroupPair gp;
-  gp.scale2 = splat<T>(g_sh[row + col]);
+  // ld.shared: the sm90 kernel's ring pointer is generic (aligned by hand), and a generic load
+  // there waits longer in front of the block's first HMUL2.
+  gp.scale2 = splat<T>(__uint_as_float(ptx::lds32(g_sh + row + col)));
   if constexpr (Cfg::kHasZeros) {
-    const float z = g_sh[table_words + row + col];
+    const float z = __uint_as_float(ptx::lds32(g_sh + table_words + row + col));
     if constexpr (Cfg::DQ == WeightOnlyDequant::group_zero)
       gp.offset2 = splat<T>(Half2Magic<T>::kValue + z);  // exact: z ≤ 15
     else gp.zero2 = splat<T>(z);

@@ -120,6 +120,12 @@ struct WeightOnlyWgmmaConfig {
   static constexpr int kBlockBytes = 8 * 128 * kBits / 8;  // one 8×128 weight block
   static constexpr int kLaneBytes = kBlockBytes / 32;       // 16 (4-bit) or 32 (8-bit)
   static constexpr int kCenter = kBits == 4 ? 8 : 128;
+  // 4-bit pairs as one LOP3 (mask | magic, sm80::detail::raw_pair): at BM = 128 a consumer
+  // warp issues about 235 instructions per K block, more than its share of the block's 1024
+  // tensor-core cycles hides at the ~6 cycles each it ran at (ncu, H200), so every conversion
+  // instruction cut is time the tensor cores wait less. BM = 256 has twice the tensor work per
+  // instruction and no register to spare (its persistent per-channel instance spilled).
+  static constexpr bool kNibbleMaskInRegister = BM_ != 256;
   static constexpr bool kGrouped = DQ != WeightOnlyDequant::per_channel;
   static constexpr bool kHasZeros =
       DQ == WeightOnlyDequant::group_zero || DQ == WeightOnlyDequant::group_fzp;
