@@ -189,6 +189,19 @@ struct W4A8WgmmaParams {
   bool high_nibble = false;
 };
 
+/// Whether the instance of token tile `bm` can take its weights as 16·v (p.high_nibble): int4
+/// s4_sym weights with int8 activations (per channel, s32, f32 group scales; not two-level
+/// groups, whose weights are not s4_sym), tiles of at most 128 tokens. 256-token tiles convert
+/// each weight word for twice the tokens, so the decoding is not what bounds them: measured on
+/// the H200 they gained nothing (M = 1024 of 4096x4096, 3584x3584, 4096x14336: 0.97-1.00x the
+/// time) and stream-K's 256-token tiles of 10240x8192 at M = 256 ran 1.17x slower with both
+/// loops in the kernel. The planner adds the run-time conditions (K, NIBBLE_SM90_W4_DECODE).
+constexpr bool high_nibble_instance(int bm, W4A8Epilogue epi, int weight_bits, bool fp8) {
+  return weight_bits == 4 && !fp8 && bm <= 128 &&
+         (epi == W4A8Epilogue::per_channel || epi == W4A8Epilogue::s32 ||
+          epi == W4A8Epilogue::group);
+}
+
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false,
           bool PERSISTENT_ = false>
 struct W4A8WgmmaConfig {
@@ -216,17 +229,8 @@ struct W4A8WgmmaConfig {
   /// The raw tile the epilogue parks holds f32 sums (group scales folded in, or fp8), not int32:
   /// split-K partials must then be added as floats.
   static constexpr bool kFloatTile = kGroupScales || kFp8;
-  /// The formats whose main loop can take the weights as 16·v (p.high_nibble): int4 s4_sym
-  /// weights, int8 activations (per channel, s32, f32 group scales; not two-level groups, whose
-  /// weights are not s4_sym), tiles of at most 128 tokens. 256-token tiles convert each weight
-  /// word for twice the tokens, so the decoding is not what bounds them: measured on the H200
-  /// they gained nothing (M = 1024 of 4096x4096, 3584x3584, 4096x14336: 0.97-1.00x the time) and
-  /// stream-K's 256-token tiles of 10240x8192 at M = 256 ran 1.17x slower with both loops in the
-  /// kernel.
-  static constexpr bool kHighNibbleDecode =
-      !kW8 && !kFp8 && BM <= 128 &&
-      (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::s32 ||
-       EPI == W4A8Epilogue::group);
+  /// 16·v weights possible (high_nibble_instance).
+  static constexpr bool kHighNibbleDecode = high_nibble_instance(BM, EPI, WBITS_, FP8_);
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // accumulators per consumer thread (int32, or f32 fp8)
   static constexpr int kABytes = BM * kBK;
@@ -459,36 +463,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
         const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
         const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
+        // The block's A fragments (the layout above) from one decoding: low(word, c) and
+        // high(word, c) of channel row c (0: word0, channels g; 1: word1, channels g + 8).
+        auto place = [&](auto low, auto high) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            frag[j][0] = low(word0[j], 0);
+            frag[j][1] = low(word1[j], 1);
+            frag[j][2] = high(word0[j], 0);
+            frag[j][3] = high(word1[j], 1);
+          }
+        };
         if constexpr (Cfg::kFp8) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            frag[j][0] = decode_low_nibbles_e4m3(word0[j]);
-            frag[j][1] = decode_low_nibbles_e4m3(word1[j]);
-            frag[j][2] = decode_high_nibbles_e4m3(word0[j]);
-            frag[j][3] = decode_high_nibbles_e4m3(word1[j]);
-          }
+          place([](uint32_t w, int) { return decode_low_nibbles_e4m3(w); },
+                [](uint32_t w, int) { return decode_high_nibbles_e4m3(w); });
         } else if constexpr (decltype(high_nibble)::value) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            frag[j][0] = decode_low_nibbles_16v(word0[j]);
-            frag[j][1] = decode_low_nibbles_16v(word1[j]);
-            frag[j][2] = decode_high_nibbles_16v(word0[j]);
-            frag[j][3] = decode_high_nibbles_16v(word1[j]);
-          }
+          place([](uint32_t w, int) { return decode_low_nibbles_16v(w); },
+                [](uint32_t w, int) { return decode_high_nibbles_16v(w); });
         } else {
-          uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
+          uint32_t gs[2] = {1u, 1u}, off[2] = {kS4SymOffset4, kS4SymOffset4};
           if constexpr (Cfg::kGroupParams) {
             const uint16_t* prm = reinterpret_cast<const uint16_t*>(w_sh + Cfg::kWBytes);
-            two_level_operands(prm[ch_local], gs0, off0);
-            two_level_operands(prm[ch_local + 8], gs1, off1);
+            two_level_operands(prm[ch_local], gs[0], off[0]);
+            two_level_operands(prm[ch_local + 8], gs[1], off[1]);
           }
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
-            frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
-            frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
-            frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
-          }
+          place([&](uint32_t w, int c) { return decode_low_nibbles(w, gs[c], off[c]); },
+                [&](uint32_t w, int c) { return decode_high_nibbles(w, gs[c], off[c]); });
         }
       } else {
         (void)frag;
