@@ -11,6 +11,7 @@
 #include "cuda/launch/sm90_tiling.h"
 #endif
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -301,6 +302,48 @@ LinearProblem make_linear_problem(const LinearFormat& f, int64_t m, int64_t n, i
   const TensorView bias_v = test::as_vector(pr.bias);
   linear(pr.qa.view(), pr.qw.view(), &bias_v, pr.ref.view());
   return pr;
+}
+
+// sm90_w4a8_gemm's f32 group format with 16·v weights (high_nibble): each K block's sums are
+// 16·Σ and fold with s/16, the same products as offset_xor's Σ with s; where s/16 would be
+// subnormal (0 < |s| < 2^-122) the sums are shifted back first. Both decodings must give the
+// same bytes, within the reference's tolerance: random scales, and channels whose every group
+// scale sits below 2^-122 (1.5·2^-124, and a bf16 subnormal 2^-130) or at it; K past the
+// per-channel format's int32 bound (block sums restart, so the group format has none), a
+// 128-token tile, and a ragged last token tile. explain names the decoding.
+TEST(CudaW4A8, Sm90HighNibbleGroupScalesFoldLikeOffsetXor) {
+  NIBBLE_REQUIRE_GPU();
+  if (!sm90a_kernels_here()) GTEST_SKIP() << "sm90_w4a8_gemm needs an sm_90a build on sm_90";
+  const ScopedEnv force("NIBBLE_W4A8_KERNEL", "sm90_w4a8_gemm");
+  test::Rng rng;  // fresh seed, printed on failure
+  const LinearFormat f = parse_linear_format("w4a8_g128");
+  const int64_t long_k = (max_int32_accumulation_k(DType::s8, DType::s8) / 128 + 2) * 128;
+  const int64_t shapes[][3] = {{3, 40, long_k}, {100, 384, 4096}, {250, 200, 1152}};
+  for (const auto& sh : shapes) {
+    const int64_t m = sh[0], n = sh[1], k = sh[2];
+    SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k));
+    EXPECT_NE(explain(f, m, n, k, Device::cuda()).find("high_nibble"), std::string::npos);
+    LinearProblem pr = make_linear_problem(f, m, n, k, DType::f32, rng);
+    const double tiny[] = {std::ldexp(1.5, -124), std::ldexp(1.0, -130), std::ldexp(1.0, -122)};
+    for (int64_t g = 0; g < k / 128; ++g)
+      for (int c = 0; c < 3; ++c) test::put_float(pr.qw.scales.view(), 1 + 5 * c, g, tiny[c]);
+    const TensorView bias_v = test::as_vector(pr.bias), bias_dv = test::as_vector(pr.bias_d);
+    linear(pr.qa.view(), pr.qw.view(), &bias_v, pr.ref.view());
+    const PackedWeight wd = pack_weight(pr.qw.view(), Device::cuda());
+    Tensor got[2];
+    for (int run = 0; run < 2; ++run) {
+      const ScopedEnv decode("NIBBLE_SM90_W4_DECODE", run == 0 ? "high_nibble" : "offset_xor");
+      if (run == 1) {
+        EXPECT_EQ(explain(f, m, n, k, Device::cuda()).find("high_nibble"), std::string::npos);
+      }
+      got[run] = Tensor::empty(DType::f32, {m, n}, Device::cuda());
+      got[run].fill_bytes(0xFF);  // NaN: every element must be written
+      linear(pr.qad.view(), wd.view(), &bias_dv, got[run].view());
+    }
+    synchronize(Device::cuda());
+    EXPECT_LE(rel_error(got[0], pr.ref), kRelTolF32Out);
+    EXPECT_TRUE(same_bytes(got[0], got[1]));
+  }
 }
 
 // Unsplit sm90 grids of more tiles than SMs run persistent CTAs: each walks several tiles while

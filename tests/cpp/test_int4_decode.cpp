@@ -7,7 +7,11 @@
 // route are 1024 + u and 1024 + 16u, from which the kernel's lo − 1032 and hi / 16 − 72 are v.
 #include <gtest/gtest.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "cuda/common/int4_decode.cuh"
 #include "test_util.h"
@@ -76,6 +80,50 @@ TEST(Int4Decode, EveryNibbleInEveryPositionDecodesToItsValue) {
 TEST(Int4Decode, RandomWordsDecodeToTheirValues) {
   test::Rng rng;
   for (int i = 0; i < 20000; ++i) expect_word_decodes(static_cast<uint32_t>(rng.engine()()));
+}
+
+float float_of_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// sm90_w4a8_gemm's group format folds a block's sums of 16·v weights (16·Σ) with s/16 where
+// sixteenth_is_exact(s): the fma must then be bit-identical to the offset_xor fold of Σ with s.
+// Where the predicate says no, s/16 must really be inexact or subnormal (|s| < 2^-122, s ≠ 0).
+TEST(Int4Decode, SixteenthOfAGroupScaleFoldsLikeTheScale) {
+  test::Rng rng;
+  std::vector<float> scales = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, FLT_MAX, FLT_MIN,
+                               std::ldexp(1.0f, -122), std::ldexp(1.0f, -123),
+                               std::nextafter(std::ldexp(1.0f, -122), 0.0f),
+                               std::ldexp(1.5f, -122), std::ldexp(1.0f, -149), 1.0f / 7};
+  for (int i = 0; i < 4000; ++i) scales.push_back(float_of_bits(static_cast<uint32_t>(rng.engine()())));
+  for (int i = 0; i < 2000; ++i)  // bf16-like scales of every binade
+    scales.push_back(float_of_bits(static_cast<uint32_t>(rng.engine()()) & 0xFFFF0000u));
+  for (const float s : scales) {
+    const bool exact = cuda::sixteenth_is_exact(s);
+    const uint32_t magnitude = bits_of(s) & 0x7FFFFFFFu;
+    EXPECT_EQ(exact, magnitude == 0 || magnitude >= bits_of(std::ldexp(1.0f, -122)))
+        << std::hex << "scale bits 0x" << bits_of(s);
+    if (!exact) continue;
+    for (int j = 0; j < 8; ++j) {
+      const int32_t sum = static_cast<int32_t>(rng.engine()() % (2 * 131072 + 1)) - 131072;
+      const float running = float_of_bits(static_cast<uint32_t>(rng.engine()()));
+      const float offset_xor = std::fma(s, static_cast<float>(sum), running);
+      const float high_nibble = std::fma(s * 0.0625f, static_cast<float>(16 * sum), running);
+      if (std::isnan(offset_xor)) {
+        EXPECT_TRUE(std::isnan(high_nibble));
+      } else {
+        EXPECT_EQ(bits_of(high_nibble), bits_of(offset_xor))
+            << std::hex << "scale bits 0x" << bits_of(s) << std::dec << ", sum " << sum;
+      }
+    }
+  }
 }
 
 TEST(Int4Decode, HostBytePermuteFollowsPrmt) {

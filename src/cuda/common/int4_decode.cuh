@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/host_device.h"
 
@@ -103,6 +104,20 @@ NIBBLE_HOST_DEVICE_INLINE uint32_t decode_low_nibbles_16v(uint32_t word) {
 /// 16·v as int8 of the high nibbles of `word` (as decode_low_nibbles_16v; one LOP3).
 NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles_16v(uint32_t word) {
   return and_xor(word, 0xF0F0F0F0u, 0x80808080u);
+}
+
+/// Whether s · 2⁻⁴ is exact in f32: s is ±0, not finite, or |s| ≥ 2⁻¹²² (s/16 stays normal).
+/// A group scale that passes folds a block's sums of 16·v weights as s/16 · (16·Σ), the same
+/// product as s · Σ, so the same fma (sm90_w4a8_gemm's group format).
+NIBBLE_HOST_DEVICE_INLINE bool sixteenth_is_exact(float s) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t bits = __float_as_uint(s);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &s, sizeof bits);
+#endif
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  return magnitude == 0 || magnitude >= (5u << 23);  // biased exponent 5 is 2^-122
 }
 
 /// Four e4m3 codes of v·2⁻⁹ from the unsigned nibbles u = v + 8 in bits 0..3 of each byte of

@@ -341,14 +341,15 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
                                  : sm_count;
   // The 16·v decoding: a shift and one LOP3 for two of a thread's eight int8 registers per word
-  // pair, against offset_xor's seven instructions; the sums are 16× the true ones, so K must
-  // keep within the s8×s8 int32 span. Tiles of at most 128 tokens (W4A8WgmmaConfig::
-  // kHighNibbleDecode: 256-token ones gained nothing). Measured on the H200 against offset_xor:
-  // 0.84-0.96x the time at M = 64-256 and 0.87-0.89x at M = 1024 with 128-token tiles.
-  // NIBBLE_SM90_W4_DECODE=offset_xor keeps the exact decoding.
-  best.high_nibble = weight_bits == 4 && !a_e4m3 && best.bm <= 128 &&
-                     (epilogue == W4A8Epilogue::per_channel || epilogue == W4A8Epilogue::s32) &&
-                     k_pad <= max_int32_accumulation_k(DType::s8, DType::s8) &&
+  // pair, against offset_xor's seven instructions, in the instances sm90::high_nibble_instance
+  // names (tiles of at most 128 tokens: 256-token ones gained nothing). Measured on the H200
+  // against offset_xor, per channel: 0.84-0.96x the time at M = 64-256 and 0.87-0.89x at
+  // M = 1024 with 128-token tiles. The sums are 16× the true ones: per channel and s32 keep them
+  // over all of K, so K must keep within the s8×s8 int32 span; the f32 group format folds each
+  // block's sums with s/16 (any K). NIBBLE_SM90_W4_DECODE=offset_xor keeps the exact decoding.
+  const bool whole_k_sums = epilogue == W4A8Epilogue::per_channel || epilogue == W4A8Epilogue::s32;
+  best.high_nibble = sm90::high_nibble_instance(best.bm, epilogue, weight_bits, a_e4m3) &&
+                     (!whole_k_sums || k_pad <= max_int32_accumulation_k(DType::s8, DType::s8)) &&
                      !env_is("NIBBLE_SM90_W4_DECODE", "offset_xor");
   best.stages = best.bm == 256   ? stages_of<256>(epilogue, weight_bits, a_e4m3, best.persistent)
                 : best.bm == 128 ? stages_of<128>(epilogue, weight_bits, a_e4m3, best.persistent)

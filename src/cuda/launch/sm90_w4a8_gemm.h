@@ -31,9 +31,9 @@ struct W4A8WgmmaPlan {
   int ctas = 0;
   int weight_bits = 4;
   bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)
-  /// int4 weights decoded as 16·v (W4A8Params::high_nibble): per channel and s32 with int8
-  /// activations, tiles of at most 128 tokens, where K ≤ max_int32_accumulation_k(s8, s8); else
-  /// the exact offset_xor.
+  /// int4 weights decoded as 16·v (W4A8Params::high_nibble): int8 activations, tiles of at most
+  /// 128 tokens, per channel and s32 where K ≤ max_int32_accumulation_k(s8, s8), f32 group
+  /// scales at any K; else the exact offset_xor.
   bool high_nibble = false;
 };
 

@@ -44,12 +44,13 @@
 //     a[2] = high nibbles, word j of n8 block 2w     (channels g,   k 16+4c..)
 //     a[3] = high nibbles, word j of n8 block 2w+1   (channels g+8, k 16+4c..)
 //   One 16-byte shared-memory load per n8 block gives a lane its words for all four k32 steps.
-//   Per channel and s32 (int8 activations, K ≤ max_int32_accumulation_k(s8, s8), tiles of at
-//   most 128 tokens; p.high_nibble) a word becomes 16·v: a shift and one LOP3 for the low
-//   nibbles, one LOP3 for the high ones (decode_*_nibbles_16v), against offset_xor's seven
-//   instructions per word; the int32 sums are 16× the true ones and are shifted back exactly
-//   after the main loop. The other formats (two-level groups, f32 group scales), 256-token tiles
-//   and longer K decode with offset_xor, exactly.
+//   With int8 activations on tiles of at most 128 tokens (p.high_nibble) a word becomes 16·v:
+//   a shift and one LOP3 for the low nibbles, one LOP3 for the high ones
+//   (decode_*_nibbles_16v), against offset_xor's seven instructions per word. The int32 sums
+//   are then 16× the true ones: per channel and s32 shift them back exactly after the main loop
+//   (so K ≤ max_int32_accumulation_k(s8, s8)); the f32 group format folds each block's sums
+//   with s/16 instead of s (the same products, see the fold; any K). Two-level groups, fp8
+//   activations, 256-token tiles and longer K decode with offset_xor, exactly.
 //
 // Work split
 //   grid: one CTA per 128-channel × BM-token output tile (bands of 8 token tiles walk down one
@@ -181,11 +182,25 @@ struct W4A8WgmmaParams {
   // Launched to overlap the kernel before it (cluster-split grids, one tile per CTA, no
   // multicast): the producer issues the first stages' weight loads before griddepcontrol.wait.
   bool overlap = false;
-  // int4 s4_sym weights with int8 activations, per channel or s32 (Cfg::kHighNibbleDecode): the
-  // weights become 16·v (decode_*_nibbles_16v) and the sums are shifted back after the main
-  // loop; only where K ≤ max_int32_accumulation_k(s8, s8), else the exact offset_xor decoding.
+  // int4 s4_sym weights with int8 activations, per channel, s32 or f32 group scales
+  // (Cfg::kHighNibbleDecode): the weights become 16·v (decode_*_nibbles_16v); per channel and
+  // s32 shift the sums back after the main loop (only where K ≤ max_int32_accumulation_k(s8,
+  // s8)), the group format folds them with s/16. Else the exact offset_xor decoding.
   bool high_nibble = false;
 };
+
+/// Whether the instance of token tile `bm` can take its weights as 16·v (p.high_nibble): int4
+/// s4_sym weights with int8 activations (per channel, s32, f32 group scales; not two-level
+/// groups, whose weights are not s4_sym), tiles of at most 128 tokens. 256-token tiles convert
+/// each weight word for twice the tokens, so the decoding is not what bounds them: measured on
+/// the H200 they gained nothing (M = 1024 of 4096x4096, 3584x3584, 4096x14336: 0.97-1.00x the
+/// time) and stream-K's 256-token tiles of 10240x8192 at M = 256 ran 1.17x slower with both
+/// loops in the kernel. The planner adds the run-time conditions (K, NIBBLE_SM90_W4_DECODE).
+constexpr bool high_nibble_instance(int bm, W4A8Epilogue epi, int weight_bits, bool fp8) {
+  return weight_bits == 4 && !fp8 && bm <= 128 &&
+         (epi == W4A8Epilogue::per_channel || epi == W4A8Epilogue::s32 ||
+          epi == W4A8Epilogue::group);
+}
 
 template <int BM_, int STAGES_, W4A8Epilogue EPI_, int WBITS_ = 4, bool FP8_ = false,
           bool PERSISTENT_ = false>
@@ -214,15 +229,8 @@ struct W4A8WgmmaConfig {
   /// The raw tile the epilogue parks holds f32 sums (group scales folded in, or fp8), not int32:
   /// split-K partials must then be added as floats.
   static constexpr bool kFloatTile = kGroupScales || kFp8;
-  /// The formats whose main loop can take the weights as 16·v (p.high_nibble): int4 s4_sym
-  /// weights, int8 activations, one integer sum over all of K (per channel, s32), tiles of at
-  /// most 128 tokens. 256-token tiles convert each weight word for twice the tokens, so the
-  /// decoding is not what bounds them: measured on the H200 they gained nothing (M = 1024 of
-  /// 4096x4096, 3584x3584, 4096x14336: 0.97-1.00x the time) and stream-K's 256-token tiles of
-  /// 10240x8192 at M = 256 ran 1.17x slower with both loops in the kernel.
-  static constexpr bool kHighNibbleDecode =
-      !kW8 && !kFp8 && BM <= 128 &&
-      (EPI == W4A8Epilogue::per_channel || EPI == W4A8Epilogue::s32);
+  /// 16·v weights possible (high_nibble_instance).
+  static constexpr bool kHighNibbleDecode = high_nibble_instance(BM, EPI, WBITS_, FP8_);
   static constexpr int kThreads = 384;  // producer + 2 consumer warpgroups
   static constexpr int kAcc = BM / 2;   // accumulators per consumer thread (int32, or f32 fp8)
   static constexpr int kABytes = BM * kBK;
@@ -455,36 +463,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const uint4 w0 = ptx::lds128(w_sh + (8 * cw + 2 * warp) * 512 + lane * 16);
         const uint4 w1 = ptx::lds128(w_sh + (8 * cw + 2 * warp + 1) * 512 + lane * 16);
         const uint32_t word0[4] = {w0.x, w0.y, w0.z, w0.w}, word1[4] = {w1.x, w1.y, w1.z, w1.w};
+        // The block's A fragments (the layout above) from one decoding: low(word, c) and
+        // high(word, c) of channel row c (0: word0, channels g; 1: word1, channels g + 8).
+        auto place = [&](auto low, auto high) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            frag[j][0] = low(word0[j], 0);
+            frag[j][1] = low(word1[j], 1);
+            frag[j][2] = high(word0[j], 0);
+            frag[j][3] = high(word1[j], 1);
+          }
+        };
         if constexpr (Cfg::kFp8) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            frag[j][0] = decode_low_nibbles_e4m3(word0[j]);
-            frag[j][1] = decode_low_nibbles_e4m3(word1[j]);
-            frag[j][2] = decode_high_nibbles_e4m3(word0[j]);
-            frag[j][3] = decode_high_nibbles_e4m3(word1[j]);
-          }
+          place([](uint32_t w, int) { return decode_low_nibbles_e4m3(w); },
+                [](uint32_t w, int) { return decode_high_nibbles_e4m3(w); });
         } else if constexpr (decltype(high_nibble)::value) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            frag[j][0] = decode_low_nibbles_16v(word0[j]);
-            frag[j][1] = decode_low_nibbles_16v(word1[j]);
-            frag[j][2] = decode_high_nibbles_16v(word0[j]);
-            frag[j][3] = decode_high_nibbles_16v(word1[j]);
-          }
+          place([](uint32_t w, int) { return decode_low_nibbles_16v(w); },
+                [](uint32_t w, int) { return decode_high_nibbles_16v(w); });
         } else {
-          uint32_t gs0 = 1u, off0 = kS4SymOffset4, gs1 = 1u, off1 = kS4SymOffset4;
+          uint32_t gs[2] = {1u, 1u}, off[2] = {kS4SymOffset4, kS4SymOffset4};
           if constexpr (Cfg::kGroupParams) {
             const uint16_t* prm = reinterpret_cast<const uint16_t*>(w_sh + Cfg::kWBytes);
-            two_level_operands(prm[ch_local], gs0, off0);
-            two_level_operands(prm[ch_local + 8], gs1, off1);
+            two_level_operands(prm[ch_local], gs[0], off[0]);
+            two_level_operands(prm[ch_local + 8], gs[1], off[1]);
           }
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            frag[j][0] = decode_low_nibbles(word0[j], gs0, off0);
-            frag[j][1] = decode_low_nibbles(word1[j], gs1, off1);
-            frag[j][2] = decode_high_nibbles(word0[j], gs0, off0);
-            frag[j][3] = decode_high_nibbles(word1[j], gs1, off1);
-          }
+          place([&](uint32_t w, int c) { return decode_low_nibbles(w, gs[c], off[c]); },
+                [&](uint32_t w, int c) { return decode_high_nibbles(w, gs[c], off[c]); });
         }
       } else {
         (void)frag;
@@ -535,49 +539,69 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
 
     uint32_t frag[2][4][4];
+    // The decoding is a runtime choice (p.high_nibble), so each main loop is compiled once per
+    // decoding rather than each kernel once per decoding.
+    auto with_decoding = [&](auto&& main_loop) {
+      if constexpr (Cfg::kHighNibbleDecode) {
+        if (p.high_nibble) {
+          main_loop(std::true_type{});
+          return;
+        }
+      }
+      main_loop(std::false_type{});
+    };
     if constexpr (Cfg::kGroupScales) {
       // The running f32 sums need each block's sums before the accumulators restart: wait for
       // the block, fold it in with its group scale, restart.
-      auto fold = [&](int s) {
+      with_decoding([&](auto high_nibble) {
+        auto fold = [&](int s) {
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-        const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
-                                                         Cfg::kABytes + Cfg::kWBytes);
-        const float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+          for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
+          const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
+                                                           Cfg::kABytes + Cfg::kWBytes);
+          float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+          // (Cfg::kHighNibbleDecode first, on its own: it discards the block for the fp8 group
+          // instance, whose sums are f32.)
+          if constexpr (Cfg::kHighNibbleDecode) {
+            if constexpr (decltype(high_nibble)::value) {
+              // The sums of 16·v are 16·Σ, exactly (|Σ| ≤ 2^17 per block, so 16·Σ is exact in f32
+              // too): folding them with s/16 gives the same products, hence the same fma, as Σ
+              // with s — wherever s/16 is exact, i.e. s is 0, not finite or |s| ≥ 2^-122. Any
+              // other scale (a subnormal s/16) shifts the sums back instead.
+              if (sixteenth_is_exact(s0) && sixteenth_is_exact(s1)) {
+                s0 *= 0.0625f;
+                s1 *= 0.0625f;
+              } else {
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
-      };
-      auto decode_offset_xor = [&](int it, uint32_t (&f)[4][4]) {
-        return decode_block(it, f, std::false_type{});
-      };
-      run_blocks_with_running_sums(seg_kb, frag, decode_offset_xor, issue, keep_until_here, fold,
-                                   release);
+                for (int i = 0; i < kAcc; ++i) acc[i] >>= 4;
+              }
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i)
+            facc[i] = fmaf((i & 2) ? s1 : s0, float(acc[i]), facc[i]);
+        };
+        auto decode = [&](int it, uint32_t (&f)[4][4]) { return decode_block(it, f, high_nibble); };
+        run_blocks_with_running_sums(seg_kb, frag, decode, issue, keep_until_here, fold, release);
+      });
     } else {
       // Per-channel and integer formats keep one block's wgmma in flight while the next block is
       // converted and issued (cuda/sm90/block_pipeline.cuh).
-      // The decoding is a runtime choice (p.high_nibble), so each loop is compiled once per
-      // decoding rather than each kernel once per decoding.
-      auto main_loop = [&](auto high_nibble) {
+      with_decoding([&](auto high_nibble) {
         auto issue_block = [&](int it, uint32_t (&f)[4][4]) {
           const int s = decode_block(it, f, high_nibble);
           issue(s, f, false);
           return s;
         };
         run_blocks_one_in_flight(seg_kb, frag, issue_block, keep_until_here, release);
-      };
-      if constexpr (Cfg::kHighNibbleDecode) {
-        if (p.high_nibble) main_loop(std::true_type{});
-        else main_loop(std::false_type{});
-      } else {
-        main_loop(std::false_type{});
-      }
+      });
     }
     kb_done += seg_kb;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    if constexpr (Cfg::kHighNibbleDecode) {
+    if constexpr (Cfg::kHighNibbleDecode && !Cfg::kGroupScales) {
       // 16·v weights: every sum is a multiple of 16, shifted back exactly before any partial,
-      // reduction or epilogue sees it.
+      // reduction or epilogue sees it (the group format folded its blocks' sums already).
       if (p.high_nibble) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) acc[i] >>= 4;
