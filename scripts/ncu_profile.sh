@@ -14,6 +14,11 @@
 #          "--formats w4a16_g128 --m 4096 --shapes 6144x4096"
 #   NIBBLE_NCU_OURS / NIBBLE_NCU_PEER (env): regexes of the kernel names profiled (defaults:
 #   nibble's *_gemm_kernel and cuBLAS's nvjet / xmma / cutlass kernels).
+#   NIBBLE_NCU_EXTRA (env): more ncu arguments for every profile, e.g. "--print-details all"
+#   (the stall-reason table of WarpStateStats).
+#   NIBBLE_NCU_SASS=1 (env): also sample nibble's kernel per SASS instruction (SourceCounters,
+#   the report's source page) and write OUT/sass_hot.txt: per profile the instructions with the
+#   most warp-stall samples and the stall reasons of each (scripts/ncu_sass_hot.py).
 set -uo pipefail
 nibble=$1 out=$2
 shift 2
@@ -26,6 +31,7 @@ sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis
           --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats
           --section Occupancy)
 : > "$out/ncu.txt"
+[ "${NIBBLE_NCU_SASS:-0}" = 1 ] && : > "$out/sass_hot.txt"
 rc=0
 for opts in "$@"; do
   for who in ours peer; do
@@ -33,9 +39,25 @@ for opts in "$@"; do
     [ $who = peer ] && re=$peer peers=bf16
     echo "#### $opts ($who: kernels matching '$re')" >> "$out/ncu.txt"
     # shellcheck disable=SC2086  # OPTIONS is a list of words on purpose
-    "$ncu_bin" -k "regex:$re" -c 1 "${sections[@]}" \
+    # shellcheck disable=SC2086  # NIBBLE_NCU_EXTRA is a list of words on purpose
+    "$ncu_bin" -k "regex:$re" -c 1 "${sections[@]}" ${NIBBLE_NCU_EXTRA:-} \
       "$nibble" bench gemm --peers $peers $opts >> "$out/ncu.txt" 2>&1 || rc=1
   done
+  if [ "${NIBBLE_NCU_SASS:-0}" = 1 ]; then
+    report=$(mktemp -u /tmp/nibble_ncu_XXXXXX)
+    # shellcheck disable=SC2086
+    if "$ncu_bin" -k "regex:$ours" -c 1 --section SourceCounters --section WarpStateStats \
+         --import-source no -o "$report" "$nibble" bench gemm --peers none $opts \
+         > "$report.log" 2>&1 &&
+       "$ncu_bin" --import "$report.ncu-rep" --page source --csv --print-source sass \
+         > "$report.csv" 2>> "$report.log"; then
+      python3 "$(dirname "$0")/ncu_sass_hot.py" "$report.csv" "$opts" >> "$out/sass_hot.txt" || rc=1
+    else
+      { echo "#### $opts: SASS sampling failed"; tail -20 "$report.log"; } >> "$out/sass_hot.txt"
+      rc=1
+    fi
+    rm -f "$report.ncu-rep" "$report.csv" "$report.log"
+  fi
 done
 grep -E '^####|^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Executed Ipc Active|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued|One or More Eligible|Stall|stall' \
   "$out/ncu.txt" > "$out/ncu_summary.txt"
