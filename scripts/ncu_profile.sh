@@ -38,8 +38,7 @@ for opts in "$@"; do
     re=$ours peers=none
     [ $who = peer ] && re=$peer peers=bf16
     echo "#### $opts ($who: kernels matching '$re')" >> "$out/ncu.txt"
-    # shellcheck disable=SC2086  # OPTIONS is a list of words on purpose
-    # shellcheck disable=SC2086  # NIBBLE_NCU_EXTRA is a list of words on purpose
+    # shellcheck disable=SC2086  # OPTIONS and NIBBLE_NCU_EXTRA are lists of words on purpose
     "$ncu_bin" -k "regex:$re" -c 1 "${sections[@]}" ${NIBBLE_NCU_EXTRA:-} \
       "$nibble" bench gemm --peers $peers $opts >> "$out/ncu.txt" 2>&1 || rc=1
   done
