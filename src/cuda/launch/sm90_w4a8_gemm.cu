@@ -35,7 +35,8 @@ namespace {
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
 // F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
-// P: persistent CTAs, for the formats sm90_persistent_instance names: as many stages as fit
+// P: persistent CTAs (every format; the int8-activation f32 group format's tile loop spilled
+// 12 bytes at BM = 128 until its int4 became 16·v, 2026-11-30): as many stages as fit
 // beside the epilogue's buffer (W4A8WgmmaConfig::kPersistentStagesMax; 4 at BM = 256 with
 // 40 KB stages, the same as one tile per CTA elsewhere).
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false, bool P = false>
@@ -80,10 +81,7 @@ void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorM
                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
   if (!p.persistent)
     return launch_config<typename Instance<BM, E, W, F8>::Cfg>(a, w, g, p, grid, stream);
-  if constexpr (sm90_persistent_instance(E, F8))
-    return launch_config<typename Instance<BM, E, W, F8, true>::Cfg>(a, w, g, p, grid, stream);
-  nibble::detail::fail(ErrorCode::internal,
-                       "sm90_w4a8_gemm: no persistent instance for this format");
+  launch_config<typename Instance<BM, E, W, F8, true>::Cfg>(a, w, g, p, grid, stream);
 }
 
 template <W4A8Epilogue E>
@@ -130,9 +128,7 @@ void launch_epilogue_fp8(int bm, const CUtensorMap& a, const CUtensorMap& w, con
 
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
 int instance_stages(bool persistent) {
-  if constexpr (sm90_persistent_instance(E, F8))
-    if (persistent) return Instance<BM, E, W, F8, true>::kStages;
-  return Instance<BM, E, W, F8>::kStages;
+  return persistent ? Instance<BM, E, W, F8, true>::kStages : Instance<BM, E, W, F8>::kStages;
 }
 
 template <int BM>
@@ -288,8 +284,7 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   }
   Sm90TileCosts stream_k_costs;  // stream_k_slowdown 0: stream-K off (NIBBLE_SM90_STREAM_K=0)
   sm90_stream_k_costs(stream_k_costs);
-  const bool stream_k_possible = forced_splits == 0 && stream_k_costs.stream_k_slowdown > 0 &&
-                                 sm90_persistent_instance(epilogue, a_e4m3);
+  const bool stream_k_possible = forced_splits == 0 && stream_k_costs.stream_k_slowdown > 0;
   // NIBBLE_SM90_STREAM_K=1 (measurements) takes stream-K over the cluster splits too.
   if (stream_k_possible && stream_k_costs.stream_k_only && t.splits > 1) {
     set_k_splits(t, static_cast<int>(k_pad / 128), 1);
@@ -334,8 +329,7 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
                   (stream_k_costs.stream_k_only ||
                    sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
   best.persistent = best.stream_k ||
-                    (t.splits == 1 && sm90_persistent_instance(epilogue, a_e4m3) &&
-                     tiles > sm_count && sm90_persistent_allowed());
+                    (t.splits == 1 && tiles > sm_count && sm90_persistent_allowed());
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])

@@ -37,13 +37,6 @@ struct W4A8WgmmaPlan {
   bool high_nibble = false;
 };
 
-/// Whether the kernel has a persistent instance for the format: every one but the
-/// int8-activation f32 group format, whose consumers hold two accumulator sets and two fragment
-/// sets, and whose tile loop made ptxas spill (12 bytes at BM = 128, 13.0).
-constexpr bool sm90_persistent_instance(sm80::W4A8Epilogue epilogue, bool a_e4m3) {
-  return a_e4m3 || epilogue != sm80::W4A8Epilogue::group;
-}
-
 /// True when `device` is a Hopper GPU (sm_90) and this build carries sm_90a code.
 bool sm90_w4a8_available(int device);
 /// True for the weight formats the kernel implements: per channel, s32, and G = 128 groups

@@ -123,9 +123,10 @@ struct WeightOnlyWgmmaConfig {
   // 4-bit pairs as one LOP3 (mask | magic, sm80::detail::raw_pair): at BM = 128 a consumer
   // warp issues about 235 instructions per K block, more than its share of the block's 1024
   // tensor-core cycles hides at the ~6 cycles each it ran at (ncu, H200), so every conversion
-  // instruction cut is time the tensor cores wait less. BM = 256 has twice the tensor work per
-  // instruction and no register to spare (its persistent per-channel instance spilled).
-  static constexpr bool kNibbleMaskInRegister = BM_ != 256;
+  // instruction cut is time the tensor cores wait less. Not in BM = 256 per-channel instances:
+  // with the constant in a register their persistent instance spilled (8 bytes, ptxas 13.0).
+  static constexpr bool kNibbleMaskInRegister =
+      !(BM_ == 256 && DQ_ == WeightOnlyDequant::per_channel);
   static constexpr bool kGrouped = DQ != WeightOnlyDequant::per_channel;
   static constexpr bool kHasZeros =
       DQ == WeightOnlyDequant::group_zero || DQ == WeightOnlyDequant::group_fzp;
@@ -361,8 +362,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kUnitSteps; ++j) {
         const int step = step0 + j;
-        ptx::wgmma_f32_rs<BM, Cfg::kF16>(acc, frag[j], (step < 4 ? desc0 : desc1) + 2 * (step & 3),
-                                         1);
+        // Persistent instances hold the descriptors in vector registers, where a 64-bit add
+        // is IADD3 + IMAD.X + moves per wgmma and ptx::smem_desc_advance's 32-bit add saves
+        // ~10 instructions per K block and warp (bf16 g128, BM = 128: 431 -> 411 in the
+        // two-block loop, ptxas 13.0). One tile per CTA keeps them in uniform registers, where
+        // the 64-bit add is one UIADD3.64 and the split add cost 21 more (UMOVs).
+        const uint64_t desc = step < 4 ? desc0 : desc1;
+        const uint32_t units = 2 * (step & 3);
+        ptx::wgmma_f32_rs<BM, Cfg::kF16>(
+            acc, frag[j], Cfg::kPersistent ? ptx::smem_desc_advance(desc, units) : desc + units, 1);
       }
       ptx::wgmma_commit();
       return unit == kUnits - 1 ? s : -1;
