@@ -126,6 +126,22 @@ TEST(Int4Decode, SixteenthOfAGroupScaleFoldsLikeTheScale) {
   }
 }
 
+// The host evaluation of lop3 (the kernels run the PTX instruction) against C expressions, on
+// random words: the two tables the kernels use and a few others.
+TEST(Int4Decode, HostLop3FollowsItsTruthTable) {
+  test::Rng rng;  // fresh seed, printed on failure
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t a = rng.engine()(), b = rng.engine()(), c = rng.engine()();
+    EXPECT_EQ(cuda::and_xor(a, b, c), (a & b) ^ c);
+    EXPECT_EQ(cuda::and_or(a, b, c), (a & b) | c);
+    EXPECT_EQ(cuda::lop3<0xF0>(a, b, c), a);
+    EXPECT_EQ(cuda::lop3<0x96>(a, b, c), a ^ b ^ c);
+    EXPECT_EQ(cuda::lop3<0xE8>(a, b, c), (a & b) | (a & c) | (b & c));  // majority
+    EXPECT_EQ(cuda::lop3<0xCA>(a, b, c), (a & b) | (~a & c));            // select
+    EXPECT_EQ(cuda::lop3<0x00>(a, b, c), 0u);
+  }
+}
+
 TEST(Int4Decode, HostBytePermuteFollowsPrmt) {
   // Copy mode: bytes of {b, a}; sign-replicate mode: bit 7 of the chosen byte, 8 times.
   EXPECT_EQ(byte_perm(0x33221100u, 0x77665544u, 0x7531u), 0x77553311u);

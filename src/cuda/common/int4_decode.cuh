@@ -69,27 +69,34 @@ NIBBLE_HOST_DEVICE_INLINE uint32_t decode_high_nibbles(uint32_t word, uint32_t g
   return (((word >> 4) & 0x0F0F0F0Fu) * gs + offset4) ^ 0x80808080u;
 }
 
-/// (a & b) ^ c as one PTX lop3: with b and c constants ptxas otherwise emits a mask and an
-/// XOR, two LOP3s, since a LOP3 encodes one immediate; this way one constant sits in a register.
-NIBBLE_HOST_DEVICE_INLINE uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
+/// PTX lop3: the three-input logic function whose truth table is `kLut`, bit by bit. Bit i of
+/// kLut is the result where a's bit is i & 4, b's i & 2 and c's i & 1 (so a = 0xF0, b = 0xCC,
+/// c = 0xAA, and e.g. (a & b) ^ c is (0xF0 & 0xCC) ^ 0xAA). One instruction where the C
+/// expression with two constants costs two LOP3s, since a LOP3 encodes one immediate: the
+/// caller keeps one constant in a register.
+template <uint8_t kLut>
+NIBBLE_HOST_DEVICE_INLINE uint32_t lop3(uint32_t a, uint32_t b, uint32_t c) {
 #if defined(__CUDA_ARCH__)
   uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));  // (0xF0 & 0xCC) ^ 0xAA
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(c), "n"(kLut));
   return d;
 #else
-  return (a & b) ^ c;
+  uint32_t d = 0;  // the OR of the bit positions of every input combination the table selects
+  for (int i = 0; i < 8; ++i)
+    if ((kLut >> i) & 1)
+      d |= ((i & 4) ? a : ~a) & ((i & 2) ? b : ~b) & ((i & 1) ? c : ~c);
+  return d;
 #endif
 }
 
-/// (a & b) | c as one PTX lop3 (see and_xor): e.g. a nibble mask and a float's magic exponent.
+/// (a & b) ^ c in one LOP3: e.g. a nibble mask and the int8 sign flip (decode_*_16v).
+NIBBLE_HOST_DEVICE_INLINE uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
+  return lop3<(0xF0 & 0xCC) ^ 0xAA>(a, b, c);
+}
+
+/// (a & b) | c in one LOP3: e.g. a nibble mask and a float's magic exponent.
 NIBBLE_HOST_DEVICE_INLINE uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
-#if defined(__CUDA_ARCH__)
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));  // (0xF0 & 0xCC) | 0xAA
-  return d;
-#else
-  return (a & b) | c;
-#endif
+  return lop3<(0xF0 & 0xCC) | 0xAA>(a, b, c);
 }
 
 /// 16·v as int8 of the low nibbles of `word`, for s4_sym weights stored as u = v + 8 (bytes as
