@@ -361,8 +361,7 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
   const int64_t shapes[][3] = {{1000, 9000, 256}, {20, 34000, 128}, {300, 17000, 352}};
   for (const auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2];
-    for (const char* format :
-         {"w4a8_pc", "w4a8_g128", "w4a8_g128_2level", "w4a8_pc_static", "w4a8_pc f16"}) {
+    for (const char* format : {"w4a8_pc", "w4a8_g128_2level", "w4a8_pc_static", "w4a8_pc f16"}) {
       const std::string name = format;
       const bool f16_out = name.ends_with(" f16");
       const DType out_dtype = f16_out ? DType::f16 : DType::bf16;
