@@ -35,8 +35,9 @@ namespace {
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
 // F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
-// P: persistent CTAs (every format; the int8-activation f32 group format's tile loop spilled
-// 12 bytes at BM = 128 until its int4 became 16·v, 2026-11-30): as many stages as fit
+// P: persistent CTAs (every format has the instance; the int8-activation f32 group format's
+// spilled 12 bytes at BM = 128 until its int4 became 16·v, and its planner takes it for stream-K
+// only): as many stages as fit
 // beside the epilogue's buffer (W4A8WgmmaConfig::kPersistentStagesMax; 4 at BM = 256 with
 // 40 KB stages, the same as one tile per CTA elsewhere).
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false, bool P = false>
