@@ -35,11 +35,11 @@ namespace {
 // Instances: BM tokens per tile; stages fill about 200 KB of shared memory (at most 8).
 // 8-bit weights (W = 8) double the weight tile: 4, 6 and 8 stages for BM = 256, 128, 64.
 // F8: fp8 activations (sm90_w4afp8_gemm), the stage sizes of the int8 ones.
-// P: persistent CTAs (every format has the instance; the int8-activation f32 group format's
-// spilled 12 bytes at BM = 128 until its int4 became 16·v, and its planner takes it for stream-K
-// only): as many stages as fit
-// beside the epilogue's buffer (W4A8WgmmaConfig::kPersistentStagesMax; 4 at BM = 256 with
-// 40 KB stages, the same as one tile per CTA elsewhere).
+// P: persistent CTAs: as many stages as fit beside the epilogue's buffer
+// (W4A8WgmmaConfig::kPersistentStagesMax; 4 at BM = 256 with 40 KB stages, the same as one tile
+// per CTA elsewhere). Every format has the instance (the int8-activation f32 group format's
+// spilled 12 bytes at BM = 128 until its int4 became 16·v); plan_sm90_w4a8 takes that format's
+// for stream-K only.
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false, bool P = false>
 struct Instance {
   using Probe = sm90::W4A8WgmmaConfig<BM, 1, E, W, F8, P>;
@@ -330,8 +330,9 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
                   (stream_k_costs.stream_k_only ||
                    sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
   // The int8-activation f32 group format (w4a8_g128) takes its persistent instance for stream-K
-  // only: walking whole tiles it ran slower than one tile per CTA wherever it had more tiles than
-  // SMs but one (H100, 2026-12-07, bench/results/h100_w4a8_g128_persistent_ab_ceaf21f.txt):
+  // only: walking whole tiles it ran level with or slower than one tile per CTA on every measured
+  // grid of more tiles than SMs but one (H100, 2026-12-07,
+  // bench/results/h100_w4a8_g128_persistent_ab_ceaf21f.txt):
   // M = 1024 1.04-1.11x the time on 5120x5120, 10240x8192, 4096x14336, M = 4096 up to 1.13x,
   // 10240x8192 at M = 256 1.04x; only 5120x5120 at M = 256 (160 64-token tiles) gained (0.91x).
   const bool whole_tiles_persistent = epilogue != W4A8Epilogue::group || a_e4m3;
