@@ -118,6 +118,23 @@ def find_cuobjdump():
     return None
 
 
+def sass_lines(path, cuobjdump, prog="sass_check"):
+    """The lines of `cuobjdump -sass path` (a library or object), or of a saved .sass / .txt
+    listing; exits naming `prog` when cuobjdump fails."""
+    if path.endswith((".sass", ".txt")):
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    # cuobjdump runs nvdisasm: the one beside it first.
+    env = dict(os.environ)
+    bin_dir = os.path.dirname(os.path.abspath(cuobjdump))
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True, check=False,
+                          env=env)
+    if proc.returncode != 0:
+        sys.exit(f"{prog}: {cuobjdump} -sass {path} failed: {proc.stderr}")
+    return proc.stdout.splitlines()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("input", nargs="?")
@@ -136,18 +153,7 @@ def main():
             print("sass_check: skipped, no cuobjdump "
                   "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
             return 77
-        # cuobjdump runs nvdisasm: the one beside it first.
-        env = dict(os.environ)
-        bin_dir = os.path.dirname(os.path.abspath(args.cuobjdump))
-        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-        proc = subprocess.run([args.cuobjdump, "-sass", args.input], capture_output=True,
-                              text=True, check=False, env=env)
-        if proc.returncode != 0:
-            sys.exit(f"sass_check: {args.cuobjdump} -sass {args.input} failed: {proc.stderr}")
-        lines = proc.stdout.splitlines()
-    else:
-        with open(args.input, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+    lines = sass_lines(args.input, args.cuobjdump)
     bad = {}
     for function, text, reg in check(lines):
         bad.setdefault(function, []).append((reg, text))

@@ -26,29 +26,18 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sass_check import find_cuobjdump  # noqa: E402
+from sass_check import FUNCTION, find_cuobjdump, sass_lines  # noqa: E402
 
-FUNCTION = re.compile(r"^\s*Function : (\S+)")
 INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 BRANCH = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
 MMA = re.compile(r"\b(HMMA|IMMA|[HIQ]GMMA)\b")
 PREDICATE = re.compile(r"^@!?U?P\w+\s+")
 
 
-def read_sass(path, cuobjdump):
-    if path.endswith((".sass", ".txt")):
-        with open(path) as f:
-            return f.read()
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")
-    return subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True,
-                          check=True, env=env).stdout
-
-
-def functions(text):
+def functions(lines):
     """{mangled name: [(address, instruction text)]}"""
     out, current = {}, None
-    for line in text.splitlines():
+    for line in lines:
         m = FUNCTION.match(line)
         if m:
             current = out.setdefault(m.group(1), [])
@@ -99,9 +88,10 @@ def main():
     if not all(p.endswith((".sass", ".txt")) for p in args.inputs):
         args.cuobjdump = args.cuobjdump or find_cuobjdump()
         if args.cuobjdump is None:
-            print("sass_loops: no cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+            print("sass_loops: no cuobjdump "
+                  "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
             return 77
-    sides = [functions(read_sass(p, args.cuobjdump)) for p in args.inputs]
+    sides = [functions(sass_lines(p, args.cuobjdump, "sass_loops")) for p in args.inputs]
     names = demangle(sorted(sides[0]))
     for mangled, name in names.items():
         if args.filter not in name:

@@ -22,8 +22,9 @@ def run(*args):
 
 def listing(extra_moves):
     # An outer loop 0x10..0xa0 holding an inner MMA loop 0x20..(branch back to 0x20).
-    inner = ["R2UR UR14, R12"] * extra_moves + ["HGMMA.64x128x16.F32.BF16 R24, R152, gdesc[UR12], R24",
-                                                 "LOP3.LUT R1, R2, 0xf, RZ, 0xc0, !PT"]
+    inner = ["R2UR UR14, R12"] * extra_moves + [
+        "HGMMA.64x128x16.F32.BF16 R24, R152, gdesc[UR12], R24",
+        "LOP3.LUT R1, R2, 0xf, RZ, 0xc0, !PT"]
     body = ["MOV R0, RZ", "IADD3 R3, R3, 0x1, RZ"] + inner
     body.append("@!P1 BRA 0x20")  # back to the inner loop's first instruction
     body.append("@P0 BRA 0x10")   # the outer loop
