@@ -404,8 +404,8 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
 // adds the partials of the CTAs that computed the rest of it. Integer sums add exactly, so the
 // int8-activation formats with integer partials give the bytes whole tiles give
 // (NIBBLE_SM90_STREAM_K=0); with f32 partials (fp8 activations, or the f32 group scales'
-// running sums of w4a8_g128: another order of additions) the reference decides. Every call is run twice: the owners lower the flags for the next call. Shapes
-// (M, N, K): fewer tiles than SMs (what stream-K is for) with the last tile past N; ranges of
+// running sums of w4a8_g128: another order of additions) the reference decides. Every call is
+// run twice: the owners lower the flags for the next call. Shapes (M, N, K): fewer tiles than SMs (what stream-K is for) with the last tile past N; ranges of
 // fewer K blocks than a tile's (K = 352: 3 blocks, so most tiles have several CTAs and some
 // CTAs several tiles); more tiles than SMs; one partly filled 64-token tile.
 TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
@@ -453,8 +453,8 @@ TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
       synchronize(Device::cuda());
       EXPECT_LE(rel_error(first, ref), kRelTolHalfOut);
       EXPECT_TRUE(same_bytes(first, second));
-      const bool float_partials = f.act == ActScheme::e4m3_per_token ||
-                                  (f.weight.scheme == WeightScheme::s4_sym && !f.weight.per_channel());
+      const bool f32_group_sums = f.weight.scheme == WeightScheme::s4_sym && !f.weight.per_channel();
+      const bool float_partials = f.act == ActScheme::e4m3_per_token || f32_group_sums;
       if (!float_partials) {
         EXPECT_TRUE(same_bytes(first, whole));
       }
