@@ -225,7 +225,7 @@ TEST(CudaWeightOnly, Sm90PersistentTilesMatchOneTilePerCta) {
 // ranges of one K block that cover the end of one tile and the start of another (third); the
 // last token and channel tiles lie partly past M and N. The result must match the reference,
 // write every element, repeat bit for bit (the partials are summed in K order), and stay within
-// the tolerance of the whole-tile plan.
+// the tolerance of the whole-tile plan. Every dequantization has its own stream-K instances.
 TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
   NIBBLE_REQUIRE_GPU();
   if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
@@ -233,10 +233,12 @@ TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
       {{100, 5000, 4096, "256"}, {700, 3000, 1024, "128"}, {300, 9000, 384, "64"}},
       {{"w4a16_g128", DType::bf16, DType::bf16},
        {"w4a16_g32_asym", DType::f16, DType::f32},
+       {"w4a16_g128_fzp", DType::bf16, DType::bf16},
        {"w4a16_pc", DType::bf16, DType::f32},
-       {"w8a16", DType::f16, DType::f16}},
+       {"w8a16", DType::f16, DType::f16},
+       {"w8a16_g128", DType::f16, DType::bf16}},
       [](const LinearFormat& f, const Case& c, const TiledShape& sh, const LinearOperands& o) {
-        Tensor got[3];  // stream-K twice, whole tiles
+        Tensor got[3];  // stream-K twice, whole tiles (each its own kernel instance)
         for (int run = 0; run < 3; ++run) {
           const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", run < 2 ? "1" : "0");
           const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());

@@ -156,15 +156,6 @@ __device__ __forceinline__ uint64_t smem_desc_k128_sw128(const void* tile) {
          (uint64_t(1) << 62);
 }
 
-/// `desc` (smem_desc_k128_sw128) with its start address advanced by `units` 16-byte units. The
-/// start address is the low word's bits 0-13 and stays below 2^14 inside shared memory, so a
-/// 32-bit add of the low word gives the 64-bit sum's bits; nvcc compiles the 64-bit add as
-/// IADD3 + IMAD.X and register moves per wgmma, which a consumer warp's instruction stream pays
-/// in the weight-only kernel (docs/kernels.md, "What bounds the 128-token tile").
-__device__ __forceinline__ uint64_t smem_desc_advance(uint64_t desc, uint32_t units) {
-  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + units);
-}
-
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -31,14 +31,16 @@ namespace {
 // Instances: BM tokens per tile; as many stages as fit in the 227 KB of shared memory a Hopper
 // block may opt into, at most 6: 4-6 at BM <= 128, 3 at BM = 256 (2 for 4-bit g32 with zeros).
 constexpr int kMaxDynamicSmemBytes = 232448;
-// P: persistent CTAs (the same stages; the epilogue borrows a stage).
-template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM, bool P = false>
+// S: how the CTAs cover the tiles (cuda/sm90/tile_schedule.cuh); persistent ones have the same
+// stages (the epilogue borrows a stage).
+template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM,
+          sm90::TileSchedule S = sm90::TileSchedule::one_tile>
 struct Instance {
   static constexpr int kStageBytes =
       sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, 1>::kStageBytes;
   // Per stage: the stage and its two barriers; 1024 bytes of alignment slack.
   static constexpr int kStages = std::min(6, (kMaxDynamicSmemBytes - 1024) / (kStageBytes + 16));
-  using Cfg = sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, kStages, P>;
+  using Cfg = sm90::WeightOnlyWgmmaConfig<T, kBits, DQ, kRows, BM, kStages, S>;
 };
 
 struct Maps {
@@ -60,53 +62,64 @@ void launch_config(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 gri
   NIBBLE_CUDA_CHECK_LAUNCH();
 }
 
+// The instance arguments the plan fixes at run time.
+struct Choice {
+  int bm = 0;
+  sm90::TileSchedule schedule = sm90::TileSchedule::one_tile;
+};
+
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows, int BM>
-void launch_instance(const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
-                     Stream stream) {
+void launch_instance(sm90::TileSchedule schedule, const Maps& m,
+                     const sm90::WeightOnlyWgmmaParams& p, dim3 grid, Stream stream) {
+  using sm90::TileSchedule;
+  using WholeTiles = Instance<T, kBits, DQ, kRows, BM, TileSchedule::whole_tiles>;
+  using StreamK = Instance<T, kBits, DQ, kRows, BM, TileSchedule::stream_k>;
   if constexpr (kBits != 8 || BM != 256) {  // no persistent instance there (plan_sm90_weight_only)
-    if (p.persistent)
-      return launch_config<typename Instance<T, kBits, DQ, kRows, BM, true>::Cfg>(m, p, grid,
-                                                                                   stream);
+    if (schedule == TileSchedule::whole_tiles)
+      return launch_config<typename WholeTiles::Cfg>(m, p, grid, stream);
+    if (schedule == TileSchedule::stream_k)
+      return launch_config<typename StreamK::Cfg>(m, p, grid, stream);
   }
   launch_config<typename Instance<T, kBits, DQ, kRows, BM>::Cfg>(m, p, grid, stream);
 }
 
 template <class T, int kBits, WeightOnlyDequant DQ, int kRows>
-void launch_bm(int bm, const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
+void launch_bm(Choice c, const Maps& m, const sm90::WeightOnlyWgmmaParams& p, dim3 grid,
                Stream stream) {
-  if (bm == 64) return launch_instance<T, kBits, DQ, kRows, 64>(m, p, grid, stream);
-  if (bm == 128) return launch_instance<T, kBits, DQ, kRows, 128>(m, p, grid, stream);
-  launch_instance<T, kBits, DQ, kRows, 256>(m, p, grid, stream);
+  if (c.bm == 64) return launch_instance<T, kBits, DQ, kRows, 64>(c.schedule, m, p, grid, stream);
+  if (c.bm == 128)
+    return launch_instance<T, kBits, DQ, kRows, 128>(c.schedule, m, p, grid, stream);
+  launch_instance<T, kBits, DQ, kRows, 256>(c.schedule, m, p, grid, stream);
 }
 
 // Group-wise instances by groups per 128-wide K block: 1 (G = 128, 256), 2 (G = 64), 4 (G = 32).
 template <class T, int kBits, WeightOnlyDequant DQ>
-void launch_grouped(int group, int bm, const Maps& m, const sm90::WeightOnlyWgmmaParams& p,
+void launch_grouped(int group, Choice c, const Maps& m, const sm90::WeightOnlyWgmmaParams& p,
                     dim3 grid, Stream stream) {
-  if (group == 32) return launch_bm<T, kBits, DQ, 4>(bm, m, p, grid, stream);
-  if (group == 64) return launch_bm<T, kBits, DQ, 2>(bm, m, p, grid, stream);
-  launch_bm<T, kBits, DQ, 1>(bm, m, p, grid, stream);
+  if (group == 32) return launch_bm<T, kBits, DQ, 4>(c, m, p, grid, stream);
+  if (group == 64) return launch_bm<T, kBits, DQ, 2>(c, m, p, grid, stream);
+  launch_bm<T, kBits, DQ, 1>(c, m, p, grid, stream);
 }
 
 template <class T>
-void launch_typed(const WeightOnlyLaunch& l, int bm, const Maps& m,
+void launch_typed(const WeightOnlyLaunch& l, Choice c, const Maps& m,
                   const sm90::WeightOnlyWgmmaParams& p, dim3 grid, Stream stream) {
   const int g = l.group;
   if (l.bits == 8) {
     if (l.dequant == WeightOnlyDequant::per_channel)
-      return launch_bm<T, 8, WeightOnlyDequant::per_channel, 0>(bm, m, p, grid, stream);
+      return launch_bm<T, 8, WeightOnlyDequant::per_channel, 0>(c, m, p, grid, stream);
     if (l.dequant == WeightOnlyDequant::group_scale)
-      return launch_grouped<T, 8, WeightOnlyDequant::group_scale>(g, bm, m, p, grid, stream);
+      return launch_grouped<T, 8, WeightOnlyDequant::group_scale>(g, c, m, p, grid, stream);
   } else {
     switch (l.dequant) {
       case WeightOnlyDequant::per_channel:
-        return launch_bm<T, 4, WeightOnlyDequant::per_channel, 0>(bm, m, p, grid, stream);
+        return launch_bm<T, 4, WeightOnlyDequant::per_channel, 0>(c, m, p, grid, stream);
       case WeightOnlyDequant::group_scale:
-        return launch_grouped<T, 4, WeightOnlyDequant::group_scale>(g, bm, m, p, grid, stream);
+        return launch_grouped<T, 4, WeightOnlyDequant::group_scale>(g, c, m, p, grid, stream);
       case WeightOnlyDequant::group_zero:
-        return launch_grouped<T, 4, WeightOnlyDequant::group_zero>(g, bm, m, p, grid, stream);
+        return launch_grouped<T, 4, WeightOnlyDequant::group_zero>(g, c, m, p, grid, stream);
       case WeightOnlyDequant::group_fzp:
-        return launch_grouped<T, 4, WeightOnlyDequant::group_fzp>(g, bm, m, p, grid, stream);
+        return launch_grouped<T, 4, WeightOnlyDequant::group_fzp>(g, c, m, p, grid, stream);
     }
   }
   nibble::detail::fail(ErrorCode::internal, "sm90_weight_only_gemm: no instance for " +
@@ -250,18 +263,19 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.kblocks_per_split = plan.kblocks_per_split;
   p.cluster_split = plan.cluster_split;
   p.overlap = overlap_cluster_split_launch(plan.cluster_split);
-  p.persistent = plan.persistent;
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
-  p.stream_k = plan.stream_k;
   const SplitKWorkspace ws =
       sm90_tile_workspace(l.device, stream, plan.stream_k, plan.slots, plan.bm, plan.splits,
                           plan.cluster_split, l.m, l.n, int64_t{plan.tiles_m} * plan.tiles_n);
   p.workspace = ws.partials;
   p.counters = ws.counters;
   const dim3 grid = plan.persistent ? dim3(plan.slots) : dim3(plan.tiles_m, plan.tiles_n, plan.splits);
-  if (l.x_dtype == DType::f16) return launch_typed<__half>(l, plan.bm, maps, p, grid, stream);
-  launch_typed<__nv_bfloat16>(l, plan.bm, maps, p, grid, stream);
+  const Choice choice{plan.bm, plan.stream_k    ? sm90::TileSchedule::stream_k
+                               : plan.persistent ? sm90::TileSchedule::whole_tiles
+                                                 : sm90::TileSchedule::one_tile};
+  if (l.x_dtype == DType::f16) return launch_typed<__half>(l, choice, maps, p, grid, stream);
+  launch_typed<__nv_bfloat16>(l, choice, maps, p, grid, stream);
 }
 
 }  // namespace nibble::cuda

@@ -327,8 +327,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto for_each_tile_segment = [&](auto&& body) {
     if constexpr (kPersistent) {
       if (p.stream_k) {
-        TileWalk walk(true, tile_count, p.kblocks);
-        for (TileSegment seg; walk.next(seg, true, tile_count, p.kblocks);) body(seg);
+        StreamKWalk walk(tile_count, p.kblocks);
+        for (TileSegment seg; walk.next(seg, tile_count, p.kblocks);) body(seg);
         return;
       }
     }
@@ -618,8 +618,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           return true;
         }
         if (owns_pieces)
-          stream_k_add_partials(sums, p.workspace, p.counters, blockIdx.x, seg_kb, p.kblocks,
-                                gridDim.x, tile_count * p.kblocks, tid - 128);
+          stream_k_add_partials<false>(sums, p.workspace, p.counters, blockIdx.x, seg_kb,
+                                       p.kblocks, gridDim.x, tile_count * p.kblocks, tid - 128);
         return false;
       };
       bool stored_piece;

@@ -97,20 +97,18 @@ struct WeightOnlyWgmmaParams {
   void* workspace = nullptr;      // splits·M·N f32 partials (workspace split-K only)
   int* counters = nullptr;        // one per output tile, zero between calls
   bool cluster_split = false;     // the splits of a tile are one cluster (1, 1, gridDim.z)
-  // Persistent CTAs (the launcher picks the persistent instance): gridDim.x CTAs walk the
-  // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
-  bool persistent = false;
+  // Persistent instances (WeightOnlyWgmmaConfig::kSchedule whole_tiles or stream_k): gridDim.x
+  // CTAs walk the tiles_m × tiles_n tiles; one-tile instances read the tile grid off gridDim.
+  // Stream-K (cuda/sm90/tile_schedule.cuh): workspace holds gridDim.x partial tiles, counters
+  // gridDim.x flags.
   int tiles_m = 0, tiles_n = 0;
-  // Stream-K (persistent only, cuda/sm90/tile_schedule.cuh): the CTAs take equal ranges of
-  // (tile, K block) units; workspace holds gridDim.x partial tiles, counters gridDim.x flags.
-  bool stream_k = false;
   // Launched to overlap the kernel before it (cluster-split grids, one tile or split per CTA):
   // the producer issues the first stages' weight loads before griddepcontrol.wait.
   bool overlap = false;
 };
 
 template <class T_, int kBits_, WeightOnlyDequant DQ_, int kGroupRows_, int BM_, int STAGES_,
-          bool PERSISTENT_ = false>
+          TileSchedule SCHEDULE_ = TileSchedule::one_tile>
 struct WeightOnlyWgmmaConfig {
   // The names sm80::detail::raw_pair and dequant_pair read:
   using T = T_;
@@ -163,7 +161,9 @@ struct WeightOnlyWgmmaConfig {
   /// through the ring: it leaves through the stage of its own last K block, which the consumers
   /// keep until they have stored it, kSlabTokens token rows at a time (the most whole rows of
   /// kOutPitch words that a stage holds: half the tile at every BM).
-  static constexpr bool kPersistent = PERSISTENT_;
+  static constexpr TileSchedule kSchedule = SCHEDULE_;
+  static constexpr bool kPersistent = SCHEDULE_ != TileSchedule::one_tile;
+  static constexpr bool kStreamK = SCHEDULE_ == TileSchedule::stream_k;
   static constexpr int kSlabTokens = kStageBytes >= BM * kOutPitch * 4       ? BM
                                      : kStageBytes >= BM / 2 * kOutPitch * 4 ? BM / 2
                                                                              : BM / 4;
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       } else {
         // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
         int it = 0;
-        for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
+        for_each_segment<Cfg::kSchedule>(one_tile, tile_count, p.kblocks,
                                       [&](const TileSegment& seg) {
           const TileCoord tile = tile_at(seg.tile_seq);
           const int m0 = tile.m * BM, n0 = tile.n * BN;
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
   int kb_done = 0;  // K blocks consumed for this CTA's earlier segments: the ring position
-  for_each_segment<kPersistent>(one_tile, p.stream_k, tile_count, p.kblocks,
+  for_each_segment<Cfg::kSchedule>(one_tile, tile_count, p.kblocks,
                                 [&](const TileSegment& seg) {
     const TileCoord tile = tile_at(seg.tile_seq);
     const int m0 = tile.m * BM, n0 = tile.n * BN;
@@ -294,8 +294,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Stream-K: the rest of a tile another CTA owns, or the start of one this CTA owns and the
     // CTAs after it finished (its K blocks [0, num_kb)). Decided before the main loop, so that
     // only two predicates stay live across it.
-    const bool piece = kPersistent && p.stream_k && seg.kb_begin > 0;
-    const bool owns_pieces = kPersistent && p.stream_k && seg.kb_begin == 0 && num_kb < p.kblocks;
+    const bool piece = Cfg::kStreamK && seg.kb_begin > 0;
+    const bool owns_pieces = Cfg::kStreamK && seg.kb_begin == 0 && num_kb < p.kblocks;
 
     float acc[kAcc];
 #pragma unroll
@@ -362,15 +362,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kUnitSteps; ++j) {
         const int step = step0 + j;
-        // Persistent instances hold the descriptors in vector registers, where a 64-bit add
-        // is IADD3 + IMAD.X + moves per wgmma and ptx::smem_desc_advance's 32-bit add saves
-        // ~10 instructions per K block and warp (bf16 g128, BM = 128: 431 -> 411 in the
-        // two-block loop, ptxas 13.0). One tile per CTA keeps them in uniform registers, where
-        // the 64-bit add is one UIADD3.64 and the split add cost 21 more (UMOVs).
-        const uint64_t desc = step < 4 ? desc0 : desc1;
-        const uint32_t units = 2 * (step & 3);
-        ptx::wgmma_f32_rs<BM, Cfg::kF16>(
-            acc, frag[j], Cfg::kPersistent ? ptx::smem_desc_advance(desc, units) : desc + units, 1);
+        ptx::wgmma_f32_rs<BM, Cfg::kF16>(acc, frag[j], (step < 4 ? desc0 : desc1) + 2 * (step & 3),
+                                         1);
       }
       ptx::wgmma_commit();
       return unit == kUnits - 1 ? s : -1;
@@ -394,15 +387,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     kb_done += num_kb;
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-    if constexpr (kPersistent) {
+    if constexpr (Cfg::kStreamK) {
       if (piece) {
         stream_k_put_partial(acc, p.workspace, p.counters, blockIdx.x, tid - 128);
         release(last_stage);
         return;
       }
       if (owns_pieces)
-        stream_k_add_partials(acc, p.workspace, p.counters, blockIdx.x, num_kb, p.kblocks,
-                              gridDim.x, tile_count * p.kblocks, tid - 128);
+        stream_k_add_partials<true>(acc, p.workspace, p.counters, blockIdx.x, num_kb, p.kblocks,
+                                    gridDim.x, tile_count * p.kblocks, tid - 128);
     }
 
     // ---- epilogue: f32 sums through shared memory; channel scale and bias on the way out -------

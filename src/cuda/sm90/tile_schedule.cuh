@@ -2,14 +2,21 @@
 // computes, and the stream-K fix-up of tiles that several CTAs share.
 //
 // A piece of work is a segment: K blocks [kb_begin, kb_end) of one output tile, the tile named
-// by its position tile_seq in band_raster order. A CTA of a grid of one CTA per tile (or split)
-// has one segment; TileWalk yields a persistent CTA's segments in order:
+// by its position tile_seq in band_raster order. How the grid's CTAs cover the tiles is a
+// TileSchedule:
 //
-//   tiles       persistent CTA c of C: whole tiles c, c + C, c + 2C, ...
-//   stream_k    persistent CTA c of C: the units (tile, K block) of all tiles, numbered tile by
-//               tile, cut into C ranges of equal length (the first units % C one longer);
-//               CTA c takes range c. A range starts inside a tile (the end of that tile), goes
-//               through whole tiles, and ends inside a tile (the start of that one).
+//   one_tile     a grid of one CTA per tile (or split): one segment
+//   whole_tiles  persistent CTA c of C: whole tiles c, c + C, c + 2C, ...
+//   stream_k     persistent CTA c of C: the units (tile, K block) of all tiles, numbered tile by
+//                tile, cut into C ranges of equal length (the first units % C one longer);
+//                CTA c takes range c. A range starts inside a tile (the end of that tile), goes
+//                through whole tiles, and ends inside a tile (the start of that one).
+//
+// The schedule is a kernel instance's compile-time choice, not a launch parameter: with both
+// persistent walks in one loop behind a runtime flag, ptxas (13.0) kept the weight-only
+// kernel's ring position and wgmma descriptors in vector registers (an R2UR pair before every
+// wgmma: 411 instructions per two K blocks against 379 with one walk per instance, bf16 g128,
+// BM = 128), and with both walks as two loops of one kernel its code doubled.
 //
 // Why stream-K: the tile grid of a layer rarely fills the SMs evenly. 80 channel tiles of
 // 10240×8192 at M = 256 leave 52 of 132 H100 SMs idle, and splitting K in 2 makes 160 CTAs, a
@@ -48,49 +55,42 @@ __device__ __forceinline__ int stream_k_start(int cta, int ctas, int units) {
   return cta * q + min(cta, r);
 }
 
-/// A persistent CTA's segments, whole tiles or a stream-K range. One register: the range's end
-/// and the stride are recomputed from kernel parameters at each step (the wgmma consumers hold
-/// up to 160 registers of accumulators and fragments across the main loop; every register held
-/// beside them spilled).
-class TileWalk {
- public:
-  __device__ TileWalk(bool stream_k, int tile_count, int kblocks)
-      : pos_(stream_k ? stream_k_start(blockIdx.x, gridDim.x, tile_count * kblocks)
-                      : int(blockIdx.x)) {}
+enum class TileSchedule { one_tile, whole_tiles, stream_k };
 
-  /// The next segment, or false when the CTA's work is done.
-  __device__ __forceinline__ bool next(TileSegment& s, bool stream_k, int tile_count,
-                                       int kblocks) {
-    if (stream_k) {  // pos_ is a unit
-      const int end = stream_k_start(blockIdx.x + 1, gridDim.x, tile_count * kblocks);
-      if (pos_ >= end) return false;
-      s.tile_seq = pos_ / kblocks;
-      s.kb_begin = pos_ - s.tile_seq * kblocks;
-      s.kb_end = min(kblocks, s.kb_begin + (end - pos_));
-      pos_ += s.kb_end - s.kb_begin;
-    } else {  // pos_ is a whole tile
-      if (pos_ >= tile_count) return false;
-      s.tile_seq = pos_;
-      s.kb_begin = 0;
-      s.kb_end = kblocks;
-      pos_ += gridDim.x;
-    }
+/// A stream-K CTA's segments. One register: the range's end is recomputed from kernel
+/// parameters at each step (the wgmma consumers hold up to 160 registers of accumulators and
+/// fragments across the main loop; every register held beside them spilled).
+class StreamKWalk {
+ public:
+  __device__ StreamKWalk(int tile_count, int kblocks)
+      : unit_(stream_k_start(blockIdx.x, gridDim.x, tile_count * kblocks)) {}
+
+  /// The next segment, or false when the CTA's range is done.
+  __device__ __forceinline__ bool next(TileSegment& s, int tile_count, int kblocks) {
+    const int end = stream_k_start(blockIdx.x + 1, gridDim.x, tile_count * kblocks);
+    if (unit_ >= end) return false;
+    s.tile_seq = unit_ / kblocks;
+    s.kb_begin = unit_ - s.tile_seq * kblocks;
+    s.kb_end = min(kblocks, s.kb_begin + (end - unit_));
+    unit_ += s.kb_end - s.kb_begin;
     return true;
   }
 
  private:
-  int pos_;
+  int unit_;
 };
 
-/// body(segment) for each of a CTA's segments: `one` (the grid's tile or split, for grids of one
-/// CTA per tile: a single call, which the compiler sees as such) or the persistent CTA's whole
-/// tiles blockIdx.x, blockIdx.x + gridDim.x, ... or its stream-K range.
-template <bool kPersistent, class Body>
-__device__ __forceinline__ void for_each_segment(const TileSegment& one, bool stream_k,
-                                                 int tile_count, int kblocks, Body&& body) {
-  if constexpr (kPersistent) {
-    TileWalk walk(stream_k, tile_count, kblocks);
-    for (TileSegment s; walk.next(s, stream_k, tile_count, kblocks);) body(s);
+/// body(segment) for each of a CTA's segments under schedule kSchedule: `one` (the grid's tile
+/// or split: a single call, which the compiler sees as such), the whole tiles blockIdx.x,
+/// blockIdx.x + gridDim.x, ... below tile_count, or the CTA's stream-K range.
+template <TileSchedule kSchedule, class Body>
+__device__ __forceinline__ void for_each_segment(const TileSegment& one, int tile_count,
+                                                 int kblocks, Body&& body) {
+  if constexpr (kSchedule == TileSchedule::whole_tiles) {
+    for (int t = blockIdx.x; t < tile_count; t += gridDim.x) body(TileSegment{t, 0, kblocks});
+  } else if constexpr (kSchedule == TileSchedule::stream_k) {
+    StreamKWalk walk(tile_count, kblocks);
+    for (TileSegment s; walk.next(s, tile_count, kblocks);) body(s);
   } else {
     body(one);
   }
@@ -127,8 +127,11 @@ __device__ __forceinline__ void stream_k_put_partial(const A (&acc)[kAcc], void*
 
 /// The owner (CTA `cta`, which computed the tile's K blocks [0, covered)) adds the partials of
 /// the CTAs after it, in K order, to its accumulators. units = tile_count · kblocks, ctas the
-/// grid's CTAs.
-template <class A, int kAcc>
+/// grid's CTAs. kEveryThreadWaits: all 256 threads wait for each flag, else thread 0 waits and
+/// the named barrier tells the others; the choice only moves ptxas's register allocation (13.0):
+/// the weight-only kernel's 256-token stream-K instances spilled 4 bytes with one waiter, the
+/// W4A8 kernel's 256-token persistent ones 4 bytes with every thread waiting.
+template <bool kEveryThreadWaits, class A, int kAcc>
 __device__ __forceinline__ void stream_k_add_partials(A (&acc)[kAcc], const void* workspace,
                                                       int* flags, int cta, int covered,
                                                       int kblocks, int ctas, int units,
@@ -136,11 +139,11 @@ __device__ __forceinline__ void stream_k_add_partials(A (&acc)[kAcc], const void
   for (int c = cta + 1; covered < kblocks && c < ctas; ++c) {
     // CTA c's range starts at this tile's K block `covered`.
     covered += stream_k_start(c + 1, ctas, units) - stream_k_start(c, ctas, units);
-    if (ctid == 0) {
+    if (kEveryThreadWaits || ctid == 0)
       while (ptx::ld_acquire_gpu(flags + c) == 0) __nanosleep(32);
-      flags[c] = 0;  // lowered for the next launch (nothing else raises it in this one)
-    }
     asm volatile("bar.sync 1, 256;\n" ::: "memory");  // the partial is there for all 256
+    // Lowered for the next launch (nothing else raises it in this one); every waiter has seen it.
+    if (ctid == 0) flags[c] = 0;
     const uint4* slot = static_cast<const uint4*>(workspace) + int64_t(c) * (kAcc / 4) * 256;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
