@@ -61,7 +61,7 @@ void launch_config(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap
   // 64 channels × a token range, swizzled like the buffer the consumers fill.
   CUtensorMap d;
   std::memset(&d, 0, sizeof(d));
-  if (Cfg::kPersistent && p.tma_store)
+  if constexpr (Cfg::kPersistent && Cfg::EPI != W4A8Epilogue::s32)
     d = make_tensor_map<2>(kernel_name(Cfg::WBITS, Cfg::kFp8), CU_TENSOR_MAP_DATA_TYPE_UINT16,
                            p.d, {cuuint64_t(p.n), cuuint64_t(p.m)}, {cuuint64_t(p.ldd) * 2},
                            {64u, cuuint32_t(Cfg::BM / Cfg::kStoreRounds)},
@@ -80,9 +80,11 @@ void launch_config(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap
 template <int BM, W4A8Epilogue E, int W = 4, bool F8 = false>
 void launch_instance(const CUtensorMap& a, const CUtensorMap& w, const CUtensorMap& g,
                      const sm90::W4A8WgmmaParams& p, dim3 grid, Stream stream) {
-  if (!p.persistent)
-    return launch_config<typename Instance<BM, E, W, F8>::Cfg>(a, w, g, p, grid, stream);
-  launch_config<typename Instance<BM, E, W, F8, true>::Cfg>(a, w, g, p, grid, stream);
+  // No persistent s32 256-token instance (plan_sm90_w4a8 says why).
+  if constexpr (E != W4A8Epilogue::s32 || BM != 256)
+    if (p.persistent)
+      return launch_config<typename Instance<BM, E, W, F8, true>::Cfg>(a, w, g, p, grid, stream);
+  launch_config<typename Instance<BM, E, W, F8>::Cfg>(a, w, g, p, grid, stream);
 }
 
 template <W4A8Epilogue E>
@@ -200,10 +202,8 @@ bool env_is(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 // Measurement knobs, read per call so that tests can compare the variants on one shape:
-// NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA,
-// NIBBLE_SM90_TMA_STORE=0 for persistent CTAs' slab epilogue on every output.
+// NIBBLE_SM90_MULTICAST=1 asks for CTA pairs, NIBBLE_SM90_PERSISTENT=0 for one tile per CTA.
 bool sm90_multicast_requested() { return env_is("NIBBLE_SM90_MULTICAST", "1"); }
-bool sm90_tma_store_allowed() { return !env_is("NIBBLE_SM90_TMA_STORE", "0"); }
 }  // namespace
 
 bool sm90_persistent_allowed() { return !env_is("NIBBLE_SM90_PERSISTENT", "0"); }
@@ -244,7 +244,7 @@ void sm90_stream_k_costs(Sm90TileCosts& costs) {
 }
 
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilogue epilogue,
-                             int device, int weight_bits, bool a_e4m3) {
+                             int device, int weight_bits, bool a_e4m3, bool output_tma_storable) {
   const int sm_count = cuda_device_info(device).sm_count;
   // Split-K through the workspace needs at least 24 K blocks (3072 of K) per split — measured
   // on the H100 at M = 64: 4 splits of K = 4096 lost to no split (15.3 vs 13.2 µs, 4096×4096),
@@ -324,8 +324,15 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // (80 CTAs already streamed the weights at 74-80% of the copy ceiling; more SMs add only the
   // partials' traffic), while int4 weights, converted on the way, gain from 64 tokens on.
   // (sm90_w4a8_stream_k_pays; NIBBLE_SM90_STREAM_K=1 takes it wherever the K blocks allow.)
+  // Persistent instances store tiles by TMA (16-bit outputs it can address), s32 ones by slab;
+  // s32 has none at BM = 256: with the 16-bit outputs' TMA store a compile-time choice (one
+  // kernel per persistent format, not both stores behind a run-time flag) it spilled 8 bytes
+  // (ptxas 13.0).
+  const bool persistent_possible =
+      sm90_persistent_allowed() &&
+      (epilogue == W4A8Epilogue::s32 ? t.bm != 256 : output_tma_storable);
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
-  best.stream_k = stream_k_possible && t.splits == 1 && !best.multicast_a &&
+  best.stream_k = persistent_possible && stream_k_possible && t.splits == 1 && !best.multicast_a &&
                   tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
                    sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
@@ -337,7 +344,7 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // 10240x8192 at M = 256 1.04x; only 5120x5120 at M = 256 (160 64-token tiles) gained (0.91x).
   const bool whole_tiles_persistent = epilogue != W4A8Epilogue::group || a_e4m3;
   best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && whole_tiles_persistent &&
-                                      sm90_persistent_allowed());
+                                      persistent_possible);
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
@@ -381,8 +388,12 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   const char* name = kernel_name(l.weight_bits, l.a_e4m3);
   if (!sm90_w4a8_handles(l.epilogue, l.group, l.a_e4m3))
     nibble::detail::fail(ErrorCode::internal, std::string(name) + ": format not implemented here");
-  const W4A8WgmmaPlan plan =
-      plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, l.device, l.weight_bits, l.a_e4m3);
+  // TMA stores need 16-bit values, a 16-byte aligned base and row pitch.
+  const bool output_tma_storable = (l.d_dtype == DType::bf16 || l.d_dtype == DType::f16) &&
+                                   reinterpret_cast<uintptr_t>(l.d) % 16 == 0 &&
+                                   (l.ldd * 2) % 16 == 0;
+  const W4A8WgmmaPlan plan = plan_sm90_w4a8(l.m, l.n_pad, l.k_pad, l.epilogue, l.device,
+                                            l.weight_bits, l.a_e4m3, output_tma_storable);
   const auto kblocks = static_cast<cuuint64_t>(l.k_pad / 128);
 
   // Activations: (M, K) bytes, boxes of 128 bytes × BM rows with the 128-byte swizzle that the
@@ -436,12 +447,6 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
   p.high_nibble = plan.high_nibble;
-  // Persistent tiles leave by TMA stores when TMA can address the output: 16-bit values, a
-  // 16-byte aligned base and row pitch (otherwise through the slab).
-  p.tma_store = plan.persistent && l.epilogue != W4A8Epilogue::s32 &&
-                (l.d_dtype == DType::bf16 || l.d_dtype == DType::f16) &&
-                reinterpret_cast<uintptr_t>(l.d) % 16 == 0 && (l.ldd * 2) % 16 == 0 &&
-                sm90_tma_store_allowed();
   p.stream_k = plan.stream_k;
   const SplitKWorkspace ws =
       sm90_tile_workspace(l.device, stream, plan.stream_k, plan.ctas, plan.bm, plan.splits,

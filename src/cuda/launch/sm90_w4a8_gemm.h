@@ -71,9 +71,12 @@ int forced_sm90_splits(const char* name,
 void sm90_stream_k_costs(Sm90TileCosts& costs);
 
 /// The plan on `device` (its SM count, and how many clusters of the kernel it runs at once).
+/// output_tma_storable: the output is 16-bit with a 16-byte aligned base and row pitch, which
+/// persistent plans need (their tiles leave by TMA stores) except with the s32 epilogue; other
+/// outputs get one tile per CTA.
 W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad,
                              sm80::W4A8Epilogue epilogue, int device, int weight_bits = 4,
-                             bool a_e4m3 = false);
+                             bool a_e4m3 = false, bool output_tma_storable = true);
 std::string describe(const W4A8WgmmaPlan& plan);
 
 void launch_sm90_w4a8(const W4A8Launch& launch, Stream stream);

@@ -177,9 +177,6 @@ struct W4A8WgmmaParams {
   // tiles (stream-K, cuda/sm90/tile_schedule.cuh): `workspace` then holds one partial tile per
   // CTA (BM × 128 4-byte sums) and `counters` one flag per CTA, zero between calls.
   bool stream_k = false;
-  // Persistent CTAs with a 16-bit output TMA can address (tmap_d): the tile leaves by TMA
-  // stores (store_tile_by_tma) instead of through the slab.
-  bool tma_store = false;
   // Launched to overlap the kernel before it (cluster-split grids, one tile per CTA, no
   // multicast): the producer issues the first stages' weight loads before griddepcontrol.wait.
   bool overlap = false;
@@ -685,30 +682,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       return s_a * t + bias;
     };
 
+    // Persistent instances store their tiles by TMA (a 16-bit output TMA can address, tmap_d:
+    // plan_sm90_w4a8 plans one tile per CTA for the others), except the s32 ones (the slab).
+    // With both ways behind a run-time flag, ptxas (13.0) moved the persistent main loops' ring
+    // position and wgmma descriptors off the uniform datapath: 183 instructions per two K
+    // blocks against 151 (per channel, BM = 128), 518 against 487 (f32 group scales).
     if constexpr (kPersistent && EPI != W4A8Epilogue::s32) {
-      if (p.tma_store) {
-        // This thread's two channels (store_tile_by_tma: accumulator i holds channel ch_local,
-        // + 8 when i & 2, and token 8·(i/4) + 2c + (i & 1)).
-        const float sw2[2] = {channel_scale(n0 + ch_local), channel_scale(n0 + ch_local + 8)};
-        const float bias2[2] = {channel_bias(n0 + ch_local), channel_bias(n0 + ch_local + 8)};
-        auto values_of = [&](int tb, float (&v)[4]) {
-          const float2 s_a = *reinterpret_cast<const float2*>(&tile_a_scales[8 * tb + 2 * c]);
+      // This thread's two channels (store_tile_by_tma: accumulator i holds channel ch_local,
+      // + 8 when i & 2, and token 8·(i/4) + 2c + (i & 1)).
+      const float sw2[2] = {channel_scale(n0 + ch_local), channel_scale(n0 + ch_local + 8)};
+      const float bias2[2] = {channel_bias(n0 + ch_local), channel_bias(n0 + ch_local + 8)};
+      auto values_of = [&](int tb, float (&v)[4]) {
+        const float2 s_a = *reinterpret_cast<const float2*>(&tile_a_scales[8 * tb + 2 * c]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            v[e] = out_value(raw_of(4 * tb + e), sw2[e >> 1], (e & 1) ? s_a.y : s_a.x, bias2[e >> 1]);
-        };
-        auto at_start = [&] {
-          if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
-        };
-        uint8_t* buf = smem + Cfg::kRingBytes;
-        if (p.d_dtype == DType::f16)
-          store_tile_by_tma<__half, BM, Cfg::kStoreRounds>(buf, &tmap_d, cw, warp, lane, m0, n0,
-                                                           p.m, at_start, values_of);
-        else
-          store_tile_by_tma<__nv_bfloat16, BM, Cfg::kStoreRounds>(
-              buf, &tmap_d, cw, warp, lane, m0, n0, p.m, at_start, values_of);
-        return;  // the next segment
-      }
+        for (int e = 0; e < 4; ++e)
+          v[e] = out_value(raw_of(4 * tb + e), sw2[e >> 1], (e & 1) ? s_a.y : s_a.x, bias2[e >> 1]);
+      };
+      auto at_start = [&] {
+        if (scale_row < BM) tile_a_scales[scale_row] = row_a_scale;
+      };
+      uint8_t* buf = smem + Cfg::kRingBytes;
+      if (p.d_dtype == DType::f16)
+        store_tile_by_tma<__half, BM, Cfg::kStoreRounds>(buf, &tmap_d, cw, warp, lane, m0, n0,
+                                                         p.m, at_start, values_of);
+      else
+        store_tile_by_tma<__nv_bfloat16, BM, Cfg::kStoreRounds>(
+            buf, &tmap_d, cw, warp, lane, m0, n0, p.m, at_start, values_of);
+      return;  // the next segment
     }
 
     // Each consumer warp takes whole token rows: lane l owns channels 4l..4l+3 of the tile.
@@ -759,7 +759,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   });  // segments
   // store_tile_by_tma: the last stores are done before the CTA's shared memory goes.
-  if (kPersistent && p.tma_store && tma_store_issuer(warp, lane)) ptx::bulk_wait_group<0>();
+  if constexpr (kPersistent && EPI != W4A8Epilogue::s32)
+    if (tma_store_issuer(warp, lane)) ptx::bulk_wait_group<0>();
   if (multicast) ptx::cluster_wait();
 #else
   // Compiled for a target without wgmma: the launcher never selects this kernel there.
