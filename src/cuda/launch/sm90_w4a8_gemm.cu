@@ -336,15 +336,7 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
                   tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
                    sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
-  // The int8-activation f32 group format (w4a8_g128) takes its persistent instance for stream-K
-  // only: walking whole tiles it ran level with or slower than one tile per CTA on every measured
-  // grid of more tiles than SMs but one (H100, 2026-12-07,
-  // bench/results/h100_w4a8_g128_persistent_ab_ceaf21f.txt):
-  // M = 1024 1.04-1.11x the time on 5120x5120, 10240x8192, 4096x14336, M = 4096 up to 1.13x,
-  // 10240x8192 at M = 256 1.04x; only 5120x5120 at M = 256 (160 64-token tiles) gained (0.91x).
-  const bool whole_tiles_persistent = epilogue != W4A8Epilogue::group || a_e4m3;
-  best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && whole_tiles_persistent &&
-                                      persistent_possible);
+  best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && persistent_possible);
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
               : best.multicast_a ? 2 * std::min(pair_tiles, clusters[2])
