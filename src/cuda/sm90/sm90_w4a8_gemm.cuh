@@ -296,7 +296,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   constexpr bool kPersistent = Cfg::kPersistent;
   // Persistent CTAs are unsplit (the launcher's plan says so).
-  const bool multicast = p.multicast_a;
+  // CTA pairs are planned for int8 weights only, so the int4 instances compile them out: the
+  // run-time flag cost the per-channel K loop 23 instructions per two K blocks (160 -> 137 at
+  // BM = 128, ptxas 13.0). The f32 group formats keep it: compiled out, they spilled 8-16 bytes.
+  const bool multicast = (Cfg::kW8 || Cfg::kGroupScales) && p.multicast_a;
   const int tiles_m = kPersistent ? p.tiles_m : multicast ? gridDim.x / 2 : gridDim.x;
   const int tiles_n = kPersistent ? p.tiles_n : multicast ? 2 * gridDim.y : gridDim.y;
   const int pair_columns = (tiles_n + 1) / 2;
