@@ -114,12 +114,12 @@
 //      (p.overlap, cuda/launch/pdl_launch.h): the producer issues the weight loads of the first
 //      min(STAGES, K blocks) stages before griddepcontrol.wait and their activation loads after
 //      it; the consumers wait before reading the per-token scales or writing the output.
-//   4. Persistent CTAs hide the next tile's pipeline fill and (16-bit outputs) its global
-//      stores behind the next main loop, not the epilogue's arithmetic: the consumers hold one
-//      accumulator set. The TMA buffer takes the room of one stage at BM = 256 (4 stages, or
-//      a tile in two token ranges where 4 would not fit). Split grids keep one tile per CTA; the
-//      int8-activation f32 group format runs persistent CTAs for stream-K only (walking whole
-//      tiles it measured slower than one tile per CTA: plan_sm90_w4a8).
+//   4. Persistent CTAs (16-bit outputs that TMA can address, and s32 outputs below 256-token
+//      tiles; other outputs run one tile per CTA) hide the next tile's pipeline fill and
+//      (16-bit outputs) its global stores behind the next main loop, not the epilogue's
+//      arithmetic: the consumers hold one accumulator set. The TMA buffer takes the room of
+//      one stage at BM = 256 (4 stages, or a tile in two token ranges where 4 would not fit).
+//      Split grids keep one tile per CTA.
 //   5. 8-bit weights: per-channel and s32 epilogues only.
 //   6. fp8 activations: int4 s4_sym weights, per channel or G = 128 (BM ≤ 128: the block sums
 //      and the running sums are two accumulator sets, and every K block's wgmma is waited for
