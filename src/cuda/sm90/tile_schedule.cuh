@@ -13,10 +13,12 @@
 //                through whole tiles, and ends inside a tile (the start of that one).
 //
 // The schedule is a kernel instance's compile-time choice, not a launch parameter: with both
-// persistent walks in one loop behind a runtime flag, ptxas (13.0) kept the weight-only
+// persistent walks in one loop behind a run-time flag, ptxas (13.0) kept the weight-only
 // kernel's ring position and wgmma descriptors in vector registers (an R2UR pair before every
-// wgmma: 411 instructions per two K blocks against 379 with one walk per instance, bf16 g128,
-// BM = 128), and with both walks as two loops of one kernel its code doubled.
+// wgmma: 411 instructions per two K blocks against 362 with one walk per instance, bf16 g128,
+// BM = 128; one tile per CTA 365), and with both walks as two loops of one kernel its code
+// doubled. The kernels' other run-time choices inside the tile loop did the same (sm90_w4a8_gemm:
+// the persistent tiles' two ways out, CTA pairs).
 //
 // Why stream-K: the tile grid of a layer rarely fills the SMs evenly. 80 channel tiles of
 // 10240×8192 at M = 256 leave 52 of 132 H100 SMs idle, and splitting K in 2 makes 160 CTAs, a
