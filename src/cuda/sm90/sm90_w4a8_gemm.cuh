@@ -69,7 +69,8 @@
 //   order. The producer runs on into the next tile's K blocks (the ring position counts over
 //   all tiles), so while the consumers store one tile the next one's first stages land. The
 //   tile leaves through a buffer after the ring, not the ring: bf16 / f16 outputs by TMA stores
-//   (store_tile_by_tma, below), f32 and s32 ones through a 32-token slab (store_tile_by_slabs).
+//   (store_tile_by_tma, below), s32 ones through a 32-token slab (store_tile_by_slabs); f32 and
+//   outputs TMA cannot address get one tile per CTA (plan_sm90_w4a8).
 //   CTA pairs (p.multicast_a; 8-bit weights on grids of two waves or more, only when
 //   NIBBLE_SM90_MULTICAST=1 asks: persistent CTAs unpaired measured faster): two CTAs of a
 //   (2, 1, 1) cluster take the same token tile and adjacent channel tiles;
@@ -246,9 +247,9 @@ struct W4A8WgmmaConfig {
   /// blockIdx.x, blockIdx.x + gridDim.x, ... and the producer keeps loading the next tile's
   /// stages while the consumers store the last one, so the epilogue cannot reuse the ring: the
   /// tile leaves through a buffer after it — by TMA stores of 16-bit values (kStoreRounds token
-  /// ranges of the tile, each 64 · 2 bytes a token row per consumer warpgroup), or through a slab
-  /// of kSlabTokens rows of raw 4-byte values (f32 and s32 outputs, or outputs TMA cannot
-  /// address). The TMA buffer holds the whole tile where that leaves room for 4 stages.
+  /// ranges of the tile, each 64 · 2 bytes a token row per consumer warpgroup), or, for s32
+  /// outputs, through a slab of kSlabTokens rows of raw 4-byte values. The TMA buffer holds the
+  /// whole tile where that leaves room for 4 stages.
   static constexpr bool kPersistent = PERSISTENT_;
   static constexpr int kSlabTokens = 32;
   static constexpr int kSlabBytes = kSlabTokens * kOutPitch * 4;
