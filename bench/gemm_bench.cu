@@ -327,7 +327,7 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         // packed) runs by default (the activation kernel + the int8 GEMM), and where the GEMM can
         // quantize inside (fused_quant_fits), that one launch (NIBBLE_FUSED_ACT_QUANT=1, the
         // default under a LinearFusion; read by each call, so it is set around the timing).
-        if (!weight_only && f.act == ActScheme::s8_per_token) {
+        if (opt.bf16_in && !weight_only && f.act == ActScheme::s8_per_token) {
           auto bf16_in = [&, d, x](int i) {
             linear(x, o.packed[static_cast<size_t>(i) % o.packed.size()].view(), nullptr, d,
                    stream);

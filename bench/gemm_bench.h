@@ -28,6 +28,9 @@ struct GemmBenchOptions {
   /// Peers timed beside nibble: "all" (cuBLAS bf16, cuBLASLt int8 with and without the rescale,
   /// cuBLASLt FP8), "bf16" (cuBLAS bf16 only) or "none" (for sweeps of nibble's own knobs).
   std::string peers = "all";
+  /// Whether the int8-activation formats are also timed from bf16 activations (the ".bf16_in"
+  /// rows: the per-token quantization included). Sweeps of the GEMM's own knobs turn it off.
+  bool bf16_in = true;
   std::string json_path, commit = "unknown";
 };
 

@@ -400,15 +400,42 @@ TEST(CudaW4A8, Sm90PersistentTilesMatchOneTilePerCta) {
   }
 }
 
+// Problem pr's weights on the GPU as linear() takes them for format f (W8A8 the logical
+// weights, the int4 formats their packed layout), and a run of the GPU linear into a fresh
+// NaN-filled output (every element must be written) under the environment the caller set.
+class GpuLinear {
+ public:
+  GpuLinear(const LinearFormat& f, const LinearProblem& pr)
+      : pr_(pr), logical_(f.weight.scheme == WeightScheme::s8_sym) {
+    if (logical_) w_logical_ = pr.qw.to(Device::cuda());
+    else w_packed_ = pack_weight(pr.qw.view(), packed_layout(f), Device::cuda());
+  }
+  Tensor run(int64_t m, int64_t n) const {
+    const TensorView bias_dv = test::as_vector(pr_.bias_d);
+    Tensor got = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
+    got.fill_bytes(0xFF);
+    if (logical_) linear(pr_.qad.view(), w_logical_.view(), &bias_dv, got.view());
+    else linear(pr_.qad.view(), w_packed_.view(), &bias_dv, got.view());
+    return got;
+  }
+
+ private:
+  const LinearProblem& pr_;
+  bool logical_;
+  QuantizedWeight w_logical_;
+  PackedWeight w_packed_;
+};
+
 // Stream-K (cuda/sm90/tile_schedule.cuh; NIBBLE_SM90_STREAM_K=1 takes it wherever the format
 // allows): the persistent CTAs take equal ranges of all the tiles' K blocks, and a tile's owner
 // adds the partials of the CTAs that computed the rest of it. Integer sums add exactly, so the
 // int8-activation formats with integer partials give the bytes whole tiles give
 // (NIBBLE_SM90_STREAM_K=0); with f32 partials (fp8 activations, or the f32 group scales'
 // running sums of w4a8_g128: another order of additions) the reference decides. Every call is
-// run twice: the owners lower the flags for the next call. Shapes (M, N, K): fewer tiles than SMs (what stream-K is for) with the last tile past N; ranges of
-// fewer K blocks than a tile's (K = 352: 3 blocks, so most tiles have several CTAs and some
-// CTAs several tiles); more tiles than SMs; one partly filled 64-token tile.
+// run twice: the owners lower the flags for the next call. Shapes (M, N, K): fewer tiles than
+// SMs (what stream-K is for) with the last tile past N; ranges of fewer K blocks than a tile's
+// (K = 352: 3 blocks, so most tiles have several CTAs and some CTAs several tiles); more tiles
+// than SMs; one partly filled 64-token tile.
 TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
   NIBBLE_REQUIRE_GPU();
   if (w4a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w4a8_gemm (H100, sm_90a build)";
@@ -433,31 +460,64 @@ TEST(CudaW4A8, Sm90StreamKMatchesWholeTiles) {
         ASSERT_NE(why.find("stream-K"), std::string::npos) << why;
       }
       const LinearProblem pr = make_linear_problem(f, m, n, k, DType::bf16, rng);
-      // W8A8 runs the logical weights; the int4 formats their packed layout.
-      const bool logical = f.weight.scheme == WeightScheme::s8_sym;
-      QuantizedWeight w_logical;
-      PackedWeight w_packed;
-      if (logical) w_logical = pr.qw.to(Device::cuda());
-      else w_packed = pack_weight(pr.qw.view(), packed_layout(f), Device::cuda());
-      const TensorView bias_dv = test::as_vector(pr.bias_d);
-      const QuantizedActivation& qad = pr.qad;
-      const Tensor& ref = pr.ref;
+      const GpuLinear gpu(f, pr);
       auto run = [&](const char* stream_k) {
         const ScopedEnv env("NIBBLE_SM90_STREAM_K", stream_k);
-        Tensor got = Tensor::empty(DType::bf16, {m, n}, Device::cuda());
-        got.fill_bytes(0xFF);  // NaN: every element must be written
-        if (logical) linear(qad.view(), w_logical.view(), &bias_dv, got.view());
-        else linear(qad.view(), w_packed.view(), &bias_dv, got.view());
-        return got;
+        return gpu.run(m, n);
       };
       const Tensor first = run("1"), second = run("1"), whole = run("0");
       synchronize(Device::cuda());
-      EXPECT_LE(rel_error(first, ref), kRelTolHalfOut);
+      EXPECT_LE(rel_error(first, pr.ref), kRelTolHalfOut);
       EXPECT_TRUE(same_bytes(first, second));
       const bool f32_group_sums = f.weight.scheme == WeightScheme::s4_sym && !f.weight.per_channel();
       const bool float_partials = f.act == ActScheme::e4m3_per_token || f32_group_sums;
       if (!float_partials) {
         EXPECT_TRUE(same_bytes(first, whole));
+      }
+    }
+  }
+}
+
+// Stream-K after whole waves (NIBBLE_SM90_STREAM_K_WHOLE_WAVES): the persistent CTAs first walk
+// whole tiles, then cut only the rest into ranges. 64-token tiles on 132 SMs: 200 tiles (one
+// whole wave, 68 tiles in ranges of about four K blocks) and 315 (one wave, or two with 51
+// tiles in ranges). Integer partials must give the bytes of whole tiles, float ones match the
+// reference; every call repeats bit for bit and writes every element.
+TEST(CudaW4A8, Sm90StreamKAfterWholeWavesMatchesWholeTiles) {
+  NIBBLE_REQUIRE_GPU();
+  if (w4a8_kernels().size() < 2) GTEST_SKIP() << "needs sm90_w4a8_gemm (H100, sm_90a build)";
+  test::Rng rng;  // fresh seed, printed on failure
+  const ScopedEnv force4("NIBBLE_W4A8_KERNEL", "sm90_w4a8_gemm");
+  const ScopedEnv force8("NIBBLE_W8A8_KERNEL", "sm90_w8a8_gemm");
+  const ScopedEnv bm("NIBBLE_SM90_BM", "64");
+  const int64_t shapes[][3] = {{300, 5000, 1024}, {300, 8000, 1536}};
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    for (const char* name : {"w4a8_pc", "w4a8_g128", "w8a8", "w4afp8_g128"}) {
+      const LinearFormat f = parse_linear_format(name);
+      SCOPED_TRACE(std::string(name) + " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                   " K=" + std::to_string(k));
+      const LinearProblem pr = make_linear_problem(f, m, n, k, DType::bf16, rng);
+      const GpuLinear gpu(f, pr);
+      auto run = [&](const char* stream_k, const char* waves, const char* expect) {
+        const ScopedEnv env("NIBBLE_SM90_STREAM_K", stream_k);
+        const ScopedEnv whole("NIBBLE_SM90_STREAM_K_WHOLE_WAVES", waves);
+        const std::string why = explain(f, m, n, k, Device::cuda());
+        EXPECT_NE(why.find(expect), std::string::npos) << why;
+        return gpu.run(m, n);
+      };
+      const char* most = n == 8000 ? "2 whole waves of tiles" : "1 whole wave of tiles";
+      const Tensor one_wave = run("1", "1", "1 whole wave of tiles");
+      const Tensor first = run("1", "-1", most), second = run("1", "-1", most);
+      const Tensor whole = run("0", "0", "persistent CTAs");
+      synchronize(Device::cuda());
+      EXPECT_LE(rel_error(one_wave, pr.ref), kRelTolHalfOut);
+      EXPECT_LE(rel_error(first, pr.ref), kRelTolHalfOut);
+      EXPECT_TRUE(same_bytes(first, second));
+      const bool float_partials = f.act == ActScheme::e4m3_per_token || !f.weight.per_channel();
+      if (!float_partials) {
+        EXPECT_TRUE(same_bytes(first, whole));
+        EXPECT_TRUE(same_bytes(one_wave, whole));
       }
     }
   }
@@ -544,7 +604,7 @@ TEST(Sm90Tiling, Int4TilesDoubleAndSplitOnLongK) {
 
 // sm90_w4a8_gemm's stream-K rule on 132 SMs, from the H200 A/B of 2026-11-29 (plan_sm90_w4a8):
 // host logic, no GPU needed.
-TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseWave) {
+TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseLastWave) {
   // 80 channel tiles of 10240x8192: int4 weights from 64-token tiles on (0.85-0.94x the time),
   // int8 weights on 256-token tiles (0.93x) but not 64 or 128 (1.07x, 1.12x slower).
   for (int bm : {64, 128, 256}) EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, bm, 4)) << bm;
@@ -555,10 +615,43 @@ TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseWave) {
   EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(88, 132, 128, 4));
   EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(89, 132, 128, 4));
   EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(96, 132, 128, 4));
-  // A second wave keeps whole (persistent) tiles; a GPU of fewer SMs takes fewer tiles.
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(160, 132, 256, 4));
+  // Two waves: 160 tiles leave the second a fifth full (w4a8_g128 ran 0.78x the time, w4a8_pc
+  // 0.96x); from 177 tiles it is more than a third full. A GPU of fewer SMs takes fewer tiles.
+  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(160, 132, 128, 4));
+  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(176, 132, 128, 4));
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(177, 132, 128, 4));
+  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(320, 132, 128, 4));
   EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 114, 256, 4));
   EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(76, 114, 256, 4));
+}
+
+// The f32 group format (tiles of at most 128 tokens) on 10240x8192 at M = 256: choose_sm90_tiles
+// takes 320 tiles of 64 tokens (3 waves), which stream-K would not help; 160 tiles of 128 tokens
+// in ranges are estimated faster (1.21 waves x 176 x 1.25 = 267 against 3 x 112) and ran 59.3 us
+// against 84.4 (H100, 2026-12-07). Grids stream-K already suits, or whose doubled grid it would
+// not suit, stay.
+TEST(Sm90Tiling, W4A8TilesDoubleIntoStreamK) {
+  auto pick = [](int64_t m, int64_t n, int64_t k) {
+    const cuda::Sm90TileChoice t = cuda::choose_sm90_tiles(m, n, k, 132, {128, 64}, 24, {});
+    return cuda::prefer_doubled_tile_stream_k(t, m, k, 132, 128, 4);
+  };
+  cuda::Sm90TileChoice t = pick(256, 10240, 8192);
+  EXPECT_EQ(t.bm, 128);
+  EXPECT_EQ(t.tiles_m * t.tiles_n, 160);
+  EXPECT_EQ(t.splits, 1);
+  // 5120x5120 at M = 256: 80 tiles of 128 tokens already (stream-K pays as they are).
+  t = pick(256, 5120, 5120);
+  EXPECT_EQ(t.bm, 128);
+  EXPECT_EQ(t.tiles_m * t.tiles_n, 80);
+  // M = 1024: 640 tiles of 128 tokens, nothing to double into.
+  t = pick(1024, 10240, 8192);
+  EXPECT_EQ(t.bm, 128);
+  EXPECT_EQ(t.tiles_m * t.tiles_n, 640);
+  // 6144x4096 at M = 512: 384 tiles of 64 tokens; doubled, 192 would fill their second wave
+  // more than a third. Unchanged.
+  t = pick(512, 6144, 4096);
+  EXPECT_EQ(t.bm, 64);
+  EXPECT_EQ(t.tiles_m * t.tiles_n, 384);
 }
 #endif
 

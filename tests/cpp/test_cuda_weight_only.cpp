@@ -254,6 +254,42 @@ TEST(CudaWeightOnly, Sm90StreamKMatchesTheReferenceAndRepeats) {
       });
 }
 
+// Stream-K after whole waves (NIBBLE_SM90_STREAM_K_WHOLE_WAVES): the persistent CTAs first
+// walk whole tiles, then cut only the rest into ranges. 200 tiles of 64 tokens on 132 SMs: one
+// whole wave, 68 tiles in ranges of about four K blocks; 315 tiles: one wave (183 tiles in
+// ranges) and two (51). The result must match the reference, write every element, repeat bit
+// for bit, and stay within the tolerance of the whole-tile plan.
+TEST(CudaWeightOnly, Sm90StreamKAfterWholeWavesMatchesTheReference) {
+  NIBBLE_REQUIRE_GPU();
+  if (weight_only_kernels().size() < 2) GTEST_SKIP() << "needs sm90_weight_only_gemm (H100)";
+  for_each_sm90_case(
+      {{300, 5000, 1024, "64"}, {300, 8000, 1536, "64"}},
+      {{"w4a16_g128", DType::bf16, DType::bf16},
+       {"w4a16_g32_asym", DType::f16, DType::f32},
+       {"w8a16", DType::f16, DType::f16}},
+      [](const LinearFormat& f, const Case& c, const TiledShape& sh, const LinearOperands& o) {
+        Tensor got[4];  // one whole wave, the most whole waves twice, whole tiles
+        for (int run = 0; run < 4; ++run) {
+          const ScopedEnv stream_k("NIBBLE_SM90_STREAM_K", run < 3 ? "1" : "0");
+          const ScopedEnv waves("NIBBLE_SM90_STREAM_K_WHOLE_WAVES", run == 0 ? "1" : "-1");
+          const std::string why = explain(f, sh.m, sh.n, sh.k, Device::cuda());
+          if (run < 3) {
+            const bool two = run > 0 && sh.n == 8000;
+            ASSERT_NE(why.find(two ? "2 whole waves of tiles" : "1 whole wave of tiles"),
+                      std::string::npos) << why;
+          }
+          got[run] = Tensor::empty(c.out, {sh.m, sh.n}, Device::cuda());
+          got[run].fill_bytes(0xFF);  // NaN: every element must be written
+          linear(o.xd.view(), o.wd.view(), &o.bias_dv, got[run].view());
+        }
+        synchronize(Device::cuda());
+        for (int run = 0; run < 3; ++run)
+          EXPECT_LE(rel_error(got[run], o.ref), tolerance(f, c.x, c.out)) << run;
+        EXPECT_TRUE(same_bytes(got[1], got[2]));
+        EXPECT_LE(rel_error(got[1], got[3].to(Device::cpu())), tolerance(f, c.x, c.out));
+      });
+}
+
 TEST(CudaWeightOnly, ExtremeIntegersArePassedExactly) {
   NIBBLE_REQUIRE_GPU();
   // Per channel with unit scales the kernel computes Σ x·v exactly in f32 for small integer x:
@@ -411,6 +447,26 @@ TEST(Sm90Tiling, CostModelWeighsWavesAgainstTileSize) {
   EXPECT_TRUE(t.stream_k);
   EXPECT_EQ(t.bm, 256);
   EXPECT_EQ(t.splits, 1);
+  EXPECT_EQ(t.whole_tiles, 0);
+  // Whole waves first only where asked for (NIBBLE_SM90_STREAM_K_WHOLE_WAVES): 160 tiles of 256
+  // tokens of 5120×5120 at M = 1024, the most (-1) is one wave, then 28 tiles in ranges.
+  t = cuda::choose_sm90_tiles_by_cost(1024, 5120, 5120, 132, with_stream_k, 8, cluster);
+  EXPECT_TRUE(t.stream_k);
+  EXPECT_EQ(t.whole_tiles, 0);
+  with_stream_k.whole_waves_forced = true;
+  with_stream_k.whole_waves = -1;
+  t = cuda::choose_sm90_tiles_by_cost(1024, 5120, 5120, 132, with_stream_k, 8, cluster);
+  EXPECT_TRUE(t.stream_k);
+  EXPECT_EQ(t.bm, 256);
+  EXPECT_EQ(t.whole_tiles, 132);
+  with_stream_k.whole_waves_forced = false;
+  // Forced whole waves are clipped to all but the last wave; negative counts from the most.
+  EXPECT_EQ(cuda::stream_k_whole_waves(-1, 320, 132), 2);
+  EXPECT_EQ(cuda::stream_k_whole_waves(-2, 320, 132), 1);
+  EXPECT_EQ(cuda::stream_k_whole_waves(-9, 320, 132), 0);
+  EXPECT_EQ(cuda::stream_k_whole_waves(5, 320, 132), 2);
+  EXPECT_EQ(cuda::stream_k_whole_waves(-1, 264, 132), 1);
+  EXPECT_EQ(cuda::stream_k_whole_waves(-1, 100, 132), 0);
   // 512 tiles fill 3.9 waves: whole tiles (stream-K is not a candidate under 10% idle).
   t = cuda::choose_sm90_tiles_by_cost(4096, 4096, 4096, 132, with_stream_k, 8, cluster);
   EXPECT_FALSE(t.stream_k);

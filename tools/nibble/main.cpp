@@ -120,7 +120,8 @@ std::vector<int64_t> int_list(const Args& args, const std::string& name) {
 }
 
 int run_bench_gemm(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 3, {"m", "shapes", "formats", "json", "iters", "reps", "commit", "peers"});
+  const Args args = parse_args(argc, argv, 3, {"m", "shapes", "formats", "json", "iters", "reps",
+                                               "commit", "peers", "bf16-in"});
   bench::GemmBenchOptions opt;
   if (args.has("m")) opt.ms = int_list(args, "m");
   if (args.has("shapes")) {
@@ -145,6 +146,11 @@ int run_bench_gemm(int argc, char** argv) {
   if (opt.peers != "all" && opt.peers != "bf16" && opt.peers != "none")
     throw Error(ErrorCode::invalid_argument,
                 "nibble bench: --peers must be all, bf16 or none, got '" + opt.peers + "'");
+  const std::string bf16_in = args.get("bf16-in", "yes");
+  if (bf16_in != "yes" && bf16_in != "no")
+    throw Error(ErrorCode::invalid_argument,
+                "nibble bench: --bf16-in must be yes or no, got '" + bf16_in + "'");
+  opt.bf16_in = bf16_in == "yes";
   return bench::run_gemm_bench(opt);
 }
 
@@ -235,6 +241,7 @@ void usage() {
       "                       which (n, k) each lane's bytes hold in a packed weight block\n"
       "  bench gemm [--m 1,16,...] [--shapes llama3-8b.o,4096x4096,...] [--formats ...]\n"
       "       [--json FILE] [--iters N] [--reps R] [--commit SHA] [--peers all|bf16|none]\n"
+      "       [--bf16-in yes|no]  (no: skip the int8 formats' runs from bf16 activations)\n"
       "                       time W4A8 against cuBLAS bf16 and cuBLASLt int8 (GPU)\n"
       "  bench act-quant [--m 1,16,...] [--k 4096,14336] [--variants s8,s8_rmsnorm,...|all]\n"
       "       [--dtype bf16|f16|f32] [--sweep] [--json FILE] [--iters N] [--reps R] [--commit SHA]\n"

@@ -1,6 +1,7 @@
 #include "cuda/launch/sm90_tiling.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace nibble::cuda {
@@ -62,10 +63,47 @@ Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int
   return d;
 }
 
+int stream_k_whole_waves(int asked, int64_t tiles, int sm_count) {
+  const int most = static_cast<int>(std::max<int64_t>(0, (tiles + sm_count - 1) / sm_count - 1));
+  return std::clamp(asked < 0 ? most + 1 + asked : asked, 0, most);
+}
+
+std::string stream_k_walk_words(int whole_tiles, int ctas) {
+  if (whole_tiles <= 0) return "equal ranges of the tiles' K blocks";
+  const int waves = whole_tiles / ctas;
+  return std::to_string(waves) + (waves == 1 ? " whole wave" : " whole waves") +
+         " of tiles, then equal ranges of the other tiles' K blocks";
+}
+
 bool sm90_w4a8_stream_k_pays(int64_t tiles, int sm_count, int bm, int weight_bits) {
   constexpr double kStreamKSlowdown = 1.5;
   const int min_bm = weight_bits == 8 ? 256 : 64;
-  return static_cast<double>(tiles) * kStreamKSlowdown <= sm_count && bm >= min_bm;
+  const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
+  return static_cast<double>(tiles) * kStreamKSlowdown <= static_cast<double>(tile_slots) &&
+         bm >= min_bm;
+}
+
+Sm90TileChoice prefer_doubled_tile_stream_k(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
+                                            int sm_count, int max_bm, int weight_bits) {
+  constexpr double kStreamKTileCost = 1.25;
+  const int bm2 = 2 * t.bm;
+  const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
+  if (t.splits != 1 || t.stream_k || bm2 > max_bm || tiles <= sm_count ||
+      sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits))
+    return t;
+  const int64_t tiles_m2 = (m + bm2 - 1) / bm2;
+  const int64_t tiles2 = tiles_m2 * t.tiles_n;
+  if (!sm90_w4a8_stream_k_pays(tiles2, sm_count, bm2, weight_bits) ||
+      tiles2 * (k_pad / 128) < int64_t{kMinStreamKBlocksPerCta} * sm_count)
+    return t;
+  const double whole = static_cast<double>((tiles + sm_count - 1) / sm_count) * (t.bm + 48);
+  const double ranges =
+      static_cast<double>(tiles2) / sm_count * (bm2 + 48) * kStreamKTileCost;
+  if (ranges >= whole) return t;
+  Sm90TileChoice d = t;
+  d.bm = bm2;
+  d.tiles_m = static_cast<int>(tiles_m2);
+  return d;
 }
 
 Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad, int sm_count,
@@ -91,17 +129,23 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
     if (per_kblock <= 0) continue;
     const int64_t tiles_m = (m + bm - 1) / bm;
     const int64_t tiles = tiles_m * tiles_n;
-    const int64_t units = tiles * kblocks;
-    // Stream-K where whole tiles leave SMs idle and each CTA keeps enough K blocks.
+    // Stream-K where whole tiles leave SMs idle and each CTA keeps enough K blocks: over all the
+    // tiles, or after the whole waves asked for.
     const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
+    const int w = costs.whole_waves_forced
+                      ? stream_k_whole_waves(costs.whole_waves, tiles, sm_count)
+                      : 0;
+    const int64_t units = (tiles - int64_t{w} * sm_count) * kblocks;
     if (costs.stream_k_slowdown > 0 &&
         static_cast<double>(tile_slots - tiles) >= kStreamKMinIdleShare * tile_slots &&
         units >= int64_t{kMinStreamKBlocksPerCta} * sm_count) {
       Sm90TileChoice c;
       c.kblocks_per_split = kblocks;
       c.stream_k = true;
+      c.whole_tiles = w * sm_count;
       consider(c, bm, tiles_m,
-               static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock *
+               static_cast<double>(w) * kblocks * per_kblock +
+                   static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock *
                        costs.stream_k_slowdown +
                    costs.fixed + 2.0 + costs.stream_k_fixup_per_token * bm);
     }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 namespace nibble::cuda {
 
@@ -11,9 +12,20 @@ struct Sm90TileChoice {
   int bm = 0, tiles_m = 0, tiles_n = 0, splits = 1, kblocks_per_split = 0;
   bool cluster_split = false;  ///< the splits of a tile are one thread-block cluster along z
   /// sm_count persistent CTAs take equal ranges of the tiles' K blocks (cuda/sm90/
-  /// tile_schedule.cuh); splits is then 1.
+  /// tile_schedule.cuh); splits is then 1. The first whole_tiles tiles (whole waves: a multiple
+  /// of sm_count) go whole first, the ranges cover the rest.
   bool stream_k = false;
+  int whole_tiles = 0;
 };
+
+/// The whole waves a stream-K grid of `tiles` tiles on sm_count SMs walks before its ranges:
+/// `asked` clipped to 0..⌈tiles / sm_count⌉ − 1 (the ranges keep the last wave at least);
+/// a negative `asked` counts from that most (−1: the most, −2: one less).
+int stream_k_whole_waves(int asked, int64_t tiles, int sm_count);
+
+/// How a stream-K grid of `ctas` CTAs walks, for the plans' descriptions: "equal ranges of the
+/// tiles' K blocks", after "<whole_tiles / ctas> whole waves of tiles" where there are some.
+std::string stream_k_walk_words(int whole_tiles, int ctas);
 
 /// Cuts `kblocks` K blocks into `splits` ranges of equal length (rounded up): sets
 /// t.kblocks_per_split and t.splits, which is smaller than asked where the rounded-up ranges
@@ -71,11 +83,18 @@ Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int
 /// sm_count) K blocks each at stream_k_slowdown times the K block's cost (a CTA's segments
 /// each drain the pipeline), plus `fixed` and the fix-up: stream_k_fixup_per_token · bm (a
 /// partial tile of bm × 128 f32 stored to L2 and read back by its owner, which the owners all
-/// do at the end) and 2 more. stream_k_only leaves only those candidates (measurements).
+/// do at the end) and 2 more. whole_waves_forced (measurements): the stream-K grids walk
+/// stream_k_whole_waves(whole_waves) whole waves of tiles first (each kblocks · the K block's
+/// cost) and cut only the rest into ranges. Unforced they take none: walking the most whole
+/// waves first, the fastest token tile ran 0.98–1.45× the time of the fastest other schedule on
+/// 20 cells of W4A8 and W4A16 (H100, 2026-12-07, bench/results/h100_sm90_tile_sweep_94f5861.txt),
+/// faster on two only (0.98×, 0.99×). stream_k_only leaves only the stream-K candidates.
 struct Sm90TileCosts {
   double kblock_64 = 0, kblock_128 = 0, kblock_256 = 0, fixed = 0, cluster_reduce = 0;
   double stream_k_slowdown = 0, stream_k_fixup_per_token = 0;
   bool stream_k_only = false;
+  bool whole_waves_forced = false;
+  int whole_waves = 0;
 };
 
 /// Stream-K is a candidate where whole tiles would leave at least this share of the SMs' tile
@@ -85,12 +104,24 @@ constexpr double kStreamKMinIdleShare = 0.1;
 constexpr int kMinStreamKBlocksPerCta = 4;
 
 /// Whether sm90_w4a8_gemm's planner trades an unsplit grid of `tiles` whole tiles of `bm`
-/// tokens (weights of `weight_bits`) for stream-K on sm_count SMs: only a grid of one wave that
-/// holds at most 1 / 1.5 of the SMs (a stream-K CTA's K blocks measured 1.4–1.5× a whole
-/// tile's), and for int8 weights only 256-token tiles (their smaller tiles already stream the
-/// weights near the copy ceiling). The measurements are in plan_sm90_w4a8; the caller checks
-/// that every CTA keeps kMinStreamKBlocksPerCta K blocks.
+/// tokens (weights of `weight_bits`) for stream-K on sm_count SMs: only where the tiles fill at
+/// most 1 / 1.5 of the SMs' tile slots (their waves, the last one whole: a one-wave grid of at
+/// most 88 tiles on 132 SMs, or a two-wave one of 133 to 176), and for int8 weights only
+/// 256-token tiles (their smaller tiles already stream the weights near the copy ceiling). The
+/// measurements are in plan_sm90_w4a8; the caller checks that every CTA keeps
+/// kMinStreamKBlocksPerCta K blocks.
 bool sm90_w4a8_stream_k_pays(int64_t tiles, int sm_count, int bm, int weight_bits);
+
+/// An unsplit grid `t` of whole tiles in more than one wave traded for tiles of twice the tokens
+/// (at most max_bm) in stream-K ranges, where stream-K pays for the doubled grid but not for
+/// `t`, and the estimate of choose_sm90_tiles ((BM + 48) per K block) says so with the ranges'
+/// K blocks at 1.25×: ⌈tiles / sm_count⌉ · (BM + 48) against tiles₂ / sm_count · (2·BM + 48) ·
+/// 1.25. On 132 SMs, 320 tiles of 64 tokens (3 waves) against 160 of 128 in ranges: w4a8_g128
+/// 10240×8192 at M = 256 ran 59.3 µs against 84.4 (H100, 2026-12-07,
+/// bench/results/h100_sm90_tile_sweep_94f5861.txt). One-wave grids are left as they are (not
+/// measured).
+Sm90TileChoice prefer_doubled_tile_stream_k(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
+                                            int sm_count, int max_bm, int weight_bits);
 
 /// The token tile and cluster split count (1..kMaxSm90ClusterSplits, each split at least
 /// cluster.min_kblocks_per_split K blocks) with the least estimated time: waves × the time of a

@@ -237,6 +237,12 @@ void sm90_stream_k_costs(Sm90TileCosts& costs) {
   costs.stream_k_slowdown = 1.15;
   costs.stream_k_fixup_per_token = 8.0 / 256;
   costs.stream_k_only = env_is("NIBBLE_SM90_STREAM_K", "1");
+  // NIBBLE_SM90_STREAM_K_WHOLE_WAVES=n (measurements): a stream-K grid walks n whole waves of
+  // tiles before its ranges (clipped to all but the last wave; -1 the most, -2 one less).
+  constexpr int kUnset = 1 << 20;
+  const int waves = nibble::detail::env_int("NIBBLE_SM90_STREAM_K_WHOLE_WAVES", kUnset, -64, 64);
+  costs.whole_waves_forced = waves != kUnset;
+  costs.whole_waves = costs.whole_waves_forced ? waves : 0;
   if (env_is("NIBBLE_SM90_STREAM_K", "0") || !sm90_persistent_allowed()) {
     costs.stream_k_slowdown = 0;
     costs.stream_k_only = false;
@@ -291,6 +297,21 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
     set_k_splits(t, static_cast<int>(k_pad / 128), 1);
     t.cluster_split = false;
   }
+  // Int4 weights: whole tiles that stream-K would not help traded for tiles of twice the tokens
+  // in stream-K ranges where that is estimated faster (prefer_doubled_tile_stream_k), tiles of
+  // up to 128 tokens (the 16·v decoding's instances; 256-token ranges ran slower, see
+  // sm90::high_nibble_instance). Persistent CTAs must be possible for the doubled tile (below).
+  // Int4 weights with int8 activations and no group scales convert their K blocks cheaply, so
+  // the ranges' partials and fix-ups (an estimated 7 us on the H100, fitted to the sweep) need
+  // long K to pay: 80 tiles of 128 tokens of 5120x5120 (40 K blocks) at M = 256 ran w4a8_pc in
+  // 21.0 us in ranges against 17.4 whole, while 80 of 256 tokens of 10240x8192 (64 K blocks)
+  // ran 40.8 against 44.6 (H100, 2026-12-07). Not measured between: 48 blocks is the line drawn.
+  const bool cheap_kblocks = weight_bits == 4 && !a_e4m3 && epilogue != W4A8Epilogue::group;
+  const bool stream_k_pays_for_k = !cheap_kblocks || k_pad / 128 >= 48;
+  if (weight_bits == 4 && forced_bm == 0 && stream_k_possible && !stream_k_costs.stream_k_only &&
+      stream_k_pays_for_k && sm90_persistent_allowed() &&
+      (epilogue == W4A8Epilogue::s32 || output_tma_storable))
+    t = prefer_doubled_tile_stream_k(t, m, k_pad, sm_count, std::min(max_bm, 128), weight_bits);
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
   best.a_e4m3 = a_e4m3;
@@ -313,8 +334,8 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // and the producer loads the next tile's first stages while the consumers store the last
   // tile, which hides the pipeline fill and the CTA launch of every later tile. Pairs then walk
   // pair tiles: as many pairs as the GPU holds clusters of two at once.
-  // Stream-K (cuda/sm90/tile_schedule.cuh) where an unsplit grid of one wave leaves many SMs
-  // idle: the CTAs then take equal ranges of all the tiles' K blocks. Measured on the H200
+  // Stream-K (cuda/sm90/tile_schedule.cuh) where an unsplit grid leaves many SMs idle: the
+  // CTAs then take equal ranges of all the tiles' K blocks. Measured on the H200
   // (2026-11-29, 132 SMs): a stream-K CTA's K blocks cost 1.4-1.5x a whole tile's (partials,
   // fix-up, the persistent instance's fewer stages), so it pays only where the SMs it adds are
   // more than 1.5x those the tiles hold: 80 channel tiles of 10240x8192 ran W4A8 in 0.85-0.94x
@@ -323,6 +344,10 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // 256-token tiles: their 64- and 128-token tiles of 10240x8192 ran 1.07x and 1.12x slower
   // (80 CTAs already streamed the weights at 74-80% of the copy ceiling; more SMs add only the
   // partials' traffic), while int4 weights, converted on the way, gain from 64 tokens on.
+  // Two-wave grids whose second wave is at most a third full as well (H100, 2026-12-07,
+  // bench/results/h100_sm90_tile_sweep_94f5861.txt): 160 tiles of 128 tokens of 10240x8192 at
+  // M = 256 ran w4a8_g128 in 59.3 us against 76.0 whole, w4a8_pc in 42.1 against 43.7; grids
+  // with more of their last wave filled lost (96 tiles: 1.05x and 1.34x; 320: 1.01x and 1.18x).
   // (sm90_w4a8_stream_k_pays; NIBBLE_SM90_STREAM_K=1 takes it wherever the K blocks allow.)
   // Persistent instances store tiles by TMA (16-bit outputs it can address), s32 ones by slab;
   // s32 has none at BM = 256: with the 16-bit outputs' TMA store a compile-time choice (one
@@ -332,10 +357,19 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
       sm90_persistent_allowed() &&
       (epilogue == W4A8Epilogue::s32 ? t.bm != 256 : output_tma_storable);
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
+  // NIBBLE_SM90_STREAM_K_WHOLE_WAVES sets how many whole waves a stream-K grid walks first
+  // (sm90_stream_k_costs); the planner's own grids walk none (sm90_tiling.h, Sm90TileCosts).
+  const int whole_waves =
+      stream_k_costs.whole_waves_forced
+          ? stream_k_whole_waves(stream_k_costs.whole_waves, tiles, sm_count)
+          : 0;
+  const int64_t range_tiles = tiles - int64_t{whole_waves} * sm_count;
   best.stream_k = persistent_possible && stream_k_possible && t.splits == 1 && !best.multicast_a &&
-                  tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
+                  range_tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
-                   sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits));
+                   (stream_k_pays_for_k &&
+                    sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits)));
+  best.whole_tiles = best.stream_k ? whole_waves * sm_count : 0;
   best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && persistent_possible);
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
@@ -370,7 +404,8 @@ std::string describe(const W4A8WgmmaPlan& plan) {
           : std::string(plan.multicast_a ? ", CTA pairs share the activation tile (TMA multicast)"
                                          : "") +
                 (plan.stream_k ? ", stream-K: " + std::to_string(plan.ctas) +
-                                     " persistent CTAs take equal ranges of the tiles' K blocks"
+                                     " persistent CTAs take " +
+                                     stream_k_walk_words(plan.whole_tiles, plan.ctas)
                  : plan.persistent ? ", " + std::to_string(plan.ctas) +
                                          " persistent CTAs (the next tile's loads overlap the epilogue)"
                                    : ""));
@@ -440,6 +475,7 @@ void launch_sm90_w4a8(const W4A8Launch& l, Stream stream) {
   p.tiles_n = plan.tiles_n;
   p.high_nibble = plan.high_nibble;
   p.stream_k = plan.stream_k;
+  p.whole_tiles = plan.whole_tiles;
   const SplitKWorkspace ws =
       sm90_tile_workspace(l.device, stream, plan.stream_k, plan.ctas, plan.bm, plan.splits,
                           plan.cluster_split, l.m, l.n, int64_t{plan.tiles_m} * plan.tiles_n);

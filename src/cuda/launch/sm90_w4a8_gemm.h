@@ -25,9 +25,11 @@ struct W4A8WgmmaPlan {
   /// Persistent CTAs: `ctas` (one per SM) walk the tiles of an unsplit, unpaired grid of more
   /// tiles than SMs; otherwise one CTA per tile (per split).
   bool persistent = false;
-  /// Stream-K: the persistent CTAs take equal ranges of all the tiles' K blocks (plan_sm90_w4a8
-  /// says where); partial tiles go through a workspace of one tile per CTA.
+  /// Stream-K: the persistent CTAs take equal ranges of the tiles' K blocks (plan_sm90_w4a8
+  /// says where); partial tiles go through a workspace of one tile per CTA. The first
+  /// whole_tiles tiles (whole waves of `ctas`) go whole before the ranges.
   bool stream_k = false;
+  int whole_tiles = 0;
   int ctas = 0;
   int weight_bits = 4;
   bool a_e4m3 = false;  ///< fp8 activations (sm90_w4afp8_gemm)

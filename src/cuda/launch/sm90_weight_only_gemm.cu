@@ -187,6 +187,7 @@ WeightOnlyWgmmaPlan plan_sm90_weight_only(int64_t m, int64_t n_pad, int64_t k_pa
   // consumers spilled 8 bytes.
   const bool has_persistent = weight_bits != 8 || t.bm != 256;
   best.stream_k = t.stream_k && has_persistent;
+  best.whole_tiles = best.stream_k ? t.whole_tiles : 0;
   best.persistent = best.stream_k || (has_persistent && t.splits == 1 &&
                                       int64_t{t.tiles_m} * t.tiles_n > sm_count &&
                                       sm90_persistent_allowed());
@@ -207,8 +208,8 @@ std::string describe(const WeightOnlyWgmmaPlan& plan) {
                           : "") +
          ", " + std::to_string(plan.slots) + (plan.cluster_split ? " clusters" : " CTAs") +
          " at once (tile and split chosen by estimated waves x CTA time)" +
-         (plan.stream_k ? ", stream-K: " + std::to_string(plan.slots) +
-                              " persistent CTAs take equal ranges of the tiles' K blocks"
+         (plan.stream_k ? ", stream-K: " + std::to_string(plan.slots) + " persistent CTAs take " +
+                              stream_k_walk_words(plan.whole_tiles, plan.slots)
           : plan.persistent ? ", persistent CTAs (the next tile's loads overlap the epilogue)"
                             : "");
 }
@@ -265,6 +266,7 @@ void launch_sm90_weight_only(const WeightOnlyLaunch& l, Stream stream) {
   p.overlap = overlap_cluster_split_launch(plan.cluster_split);
   p.tiles_m = plan.tiles_m;
   p.tiles_n = plan.tiles_n;
+  p.whole_tiles = plan.whole_tiles;
   const SplitKWorkspace ws =
       sm90_tile_workspace(l.device, stream, plan.stream_k, plan.slots, plan.bm, plan.splits,
                           plan.cluster_split, l.m, l.n, int64_t{plan.tiles_m} * plan.tiles_n);

@@ -17,9 +17,11 @@ struct WeightOnlyWgmmaPlan {
   bool cluster_split = false;  ///< split-K tiles are thread-block clusters (reduced over DSMEM)
   int slots = 0;               ///< CTAs (or split clusters) the GPU runs at once: one wave
   /// Persistent CTAs: `slots` CTAs walk the tiles of an unsplit grid of more tiles than SMs,
-  /// or (stream_k) take equal ranges of all the tiles' K blocks.
+  /// or (stream_k) take equal ranges of the tiles' K blocks after whole_tiles whole tiles
+  /// (whole waves of `slots`).
   bool persistent = false;
   bool stream_k = false;
+  int whole_tiles = 0;
 };
 /// The plan for 4- or 8-bit weights on `device` (its SM count, and how many clusters of the
 /// kernel it runs at once).

@@ -78,11 +78,12 @@
 //   stage, so L2 serves each activation tile once per pair. A stage is then refilled only when
 //   the consumers of both CTAs have released it (16 arrivals on `empty`, half of them remote),
 //   and neither CTA leaves before the other has finished its main loop (a cluster barrier).
-//   Stream-K (p.stream_k, persistent CTAs unpaired): each CTA takes an equal range of all the
-//   tiles' K blocks instead of whole tiles, so a grid of fewer tiles than SMs (or a last wave
-//   of a few) keeps every SM busy; a CTA that computes the rest of a tile another CTA owns
-//   stores its raw sums (int32, or the f32 running sums) as a partial, and the owner adds them
-//   in K order before its epilogue (cuda/sm90/tile_schedule.cuh; int32 partials add exactly).
+//   Stream-K (p.stream_k, persistent CTAs unpaired): each CTA takes an equal range of the
+//   tiles' K blocks instead of whole tiles (after p.whole_tiles whole ones, on request), so a
+//   grid of fewer tiles than SMs (or a last wave of a few) keeps every SM busy; a CTA that
+//   computes the rest of a tile another CTA owns stores its raw sums (int32, or the f32 running
+//   sums) as a partial, and the owner adds them in K order before its epilogue
+//   (cuda/sm90/tile_schedule.cuh; int32 partials add exactly).
 //
 //   ┌──────── CTA tile: 128 channels × BM tokens (computed as Dᵀ) ────────┐
 //   │ consumer WG 1: channels  0..63   → wgmma m64 × nBM, A = its weights │
@@ -174,10 +175,12 @@ struct W4A8WgmmaParams {
   // tiles_m × tiles_n tiles; the others read the tile grid off gridDim.
   bool persistent = false;
   int tiles_m = 0, tiles_n = 0;
-  // Persistent CTAs (not paired) take equal ranges of all tiles' K blocks instead of whole
+  // Persistent CTAs (not paired) take equal ranges of the tiles' K blocks instead of whole
   // tiles (stream-K, cuda/sm90/tile_schedule.cuh): `workspace` then holds one partial tile per
-  // CTA (BM × 128 4-byte sums) and `counters` one flag per CTA, zero between calls.
+  // CTA (BM × 128 4-byte sums) and `counters` one flag per CTA, zero between calls. The first
+  // whole_tiles tiles (a multiple of gridDim.x) still go whole, the ranges cover the rest.
   bool stream_k = false;
+  int whole_tiles = 0;
   // Launched to overlap the kernel before it (cluster-split grids, one tile per CTA, no
   // multicast): the producer issues the first stages' weight loads before griddepcontrol.wait.
   bool overlap = false;
@@ -328,8 +331,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto for_each_tile_segment = [&](auto&& body) {
     if constexpr (kPersistent) {
       if (p.stream_k) {
-        StreamKWalk walk(tile_count, p.kblocks);
-        for (TileSegment seg; walk.next(seg, tile_count, p.kblocks);) body(seg);
+        StreamKWalk walk(tile_count, p.whole_tiles, p.kblocks);
+        for (TileSegment seg; walk.next(seg, tile_count, p.whole_tiles, p.kblocks);) body(seg);
         return;
       }
     }
@@ -620,7 +623,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         if (owns_pieces)
           stream_k_add_partials<false>(sums, p.workspace, p.counters, blockIdx.x, seg_kb,
-                                       p.kblocks, gridDim.x, tile_count * p.kblocks, tid - 128);
+                                       p.kblocks, gridDim.x,
+                                       stream_k_units(tile_count, p.whole_tiles, p.kblocks),
+                                       tid - 128);
         return false;
       };
       bool stored_piece;

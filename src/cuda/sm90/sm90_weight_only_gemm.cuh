@@ -100,8 +100,9 @@ struct WeightOnlyWgmmaParams {
   // Persistent instances (WeightOnlyWgmmaConfig::kSchedule whole_tiles or stream_k): gridDim.x
   // CTAs walk the tiles_m × tiles_n tiles; one-tile instances read the tile grid off gridDim.
   // Stream-K (cuda/sm90/tile_schedule.cuh): workspace holds gridDim.x partial tiles, counters
-  // gridDim.x flags.
+  // gridDim.x flags, and the first whole_tiles tiles (a multiple of gridDim.x) go whole.
   int tiles_m = 0, tiles_n = 0;
+  int whole_tiles = 0;
   // Launched to overlap the kernel before it (cluster-split grids, one tile or split per CTA):
   // the producer issues the first stages' weight loads before griddepcontrol.wait.
   bool overlap = false;
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       } else {
         // `it` counts the K blocks loaded over all of this CTA's segments: the ring position.
         int it = 0;
-        for_each_segment<Cfg::kSchedule>(one_tile, tile_count, p.kblocks,
+        for_each_segment<Cfg::kSchedule>(one_tile, tile_count, p.whole_tiles, p.kblocks,
                                       [&](const TileSegment& seg) {
           const TileCoord tile = tile_at(seg.tile_seq);
           const int m0 = tile.m * BM, n0 = tile.n * BN;
@@ -286,7 +287,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int g = lane / 4, c = lane % 4;
   const int ch_local = 64 * cw + 16 * warp + g;  // this thread's channels: ch_local, ch_local + 8
   int kb_done = 0;  // K blocks consumed for this CTA's earlier segments: the ring position
-  for_each_segment<Cfg::kSchedule>(one_tile, tile_count, p.kblocks,
+  for_each_segment<Cfg::kSchedule>(one_tile, tile_count, p.whole_tiles, p.kblocks,
                                 [&](const TileSegment& seg) {
     const TileCoord tile = tile_at(seg.tile_seq);
     const int m0 = tile.m * BM, n0 = tile.n * BN;
@@ -395,7 +396,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       if (owns_pieces)
         stream_k_add_partials<true>(acc, p.workspace, p.counters, blockIdx.x, num_kb, p.kblocks,
-                                    gridDim.x, tile_count * p.kblocks, tid - 128);
+                                    gridDim.x,
+                                    stream_k_units(tile_count, p.whole_tiles, p.kblocks),
+                                    tid - 128);
     }
 
     // ---- epilogue: f32 sums through shared memory; channel scale and bias on the way out -------

@@ -7,10 +7,11 @@
 //
 //   one_tile     a grid of one CTA per tile (or split): one segment
 //   whole_tiles  persistent CTA c of C: whole tiles c, c + C, c + 2C, ...
-//   stream_k     persistent CTA c of C: the units (tile, K block) of all tiles, numbered tile by
-//                tile, cut into C ranges of equal length (the first units % C one longer);
-//                CTA c takes range c. A range starts inside a tile (the end of that tile), goes
-//                through whole tiles, and ends inside a tile (the start of that one).
+//   stream_k     persistent CTA c of C: first the whole tiles c, c + C, ... below whole_tiles
+//                (a multiple of C, often 0), then the units (tile, K block) of the other tiles,
+//                numbered tile by tile, cut into C ranges of equal length (the first units % C
+//                one longer); CTA c takes range c. A range starts inside a tile (the end of that
+//                tile), goes through whole tiles, and ends inside a tile (the start of that one).
 //
 // The schedule is a kernel instance's compile-time choice, not a launch parameter: with both
 // persistent walks in one loop behind a run-time flag, ptxas (13.0) kept the weight-only
@@ -23,16 +24,22 @@
 // Why stream-K: the tile grid of a layer rarely fills the SMs evenly. 80 channel tiles of
 // 10240×8192 at M = 256 leave 52 of 132 H100 SMs idle, and splitting K in 2 makes 160 CTAs, a
 // second wave of 28; cut into ranges of units, every SM gets the same number of K blocks.
+// Whole tiles first (the hybrid of the Stream-K paper, Osama et al. 2023): a grid of 2.4 waves
+// (320 tiles on 132 SMs) may walk two waves whole and cut only the last 56 tiles into ranges,
+// so only those pay for partials and fix-ups. Measured on the H100 it rarely paid: the few
+// tiles left are each shared by several CTAs, whose owners add several partials at the very
+// end (docs/kernels.md, "Stream-K after whole waves"). The planners walk no whole waves unless
+// NIBBLE_SM90_STREAM_K_WHOLE_WAVES asks (sm90_tiling.h).
 //
 // The fix-up, deterministic run to run: the CTA whose segment starts at a tile's first K block
 // owns the tile. It is the CTA whose range ends in that tile, so it computes that segment last
-// of all its work; the CTAs after it computed the rest of the tile first of all theirs, each
+// of all its work; the CTAs after it computed the rest of the tile first of their ranges, each
 // storing its partial accumulators in its slot of the workspace and then raising its flag.
 // The owner adds those partials to its accumulators in K order (waiting for each flag, which it
 // lowers again for the next launch), then stores the tile. Only a range's first segment can
 // start past a tile's first K block, so each CTA stores at most one partial: slot and flag c.
-// Waiting cannot deadlock: the partial a CTA stores is its first piece of work, which waits for
-// nobody, and every CTA of the grid is resident at once (one per SM).
+// Waiting cannot deadlock: before the partial a CTA stores come only its whole tiles, and none
+// of that work waits for anybody; every CTA of the grid is resident at once (one per SM).
 //
 // The partials keep the accumulators' register layout: thread t of the 256 consumer threads
 // stores accumulators 4j..4j+3 as the 16 bytes at (j·256 + t)·16 of its slot, and the owner's
@@ -59,17 +66,35 @@ __device__ __forceinline__ int stream_k_start(int cta, int ctas, int units) {
 
 enum class TileSchedule { one_tile, whole_tiles, stream_k };
 
-/// A stream-K CTA's segments. One register: the range's end is recomputed from kernel
-/// parameters at each step (the wgmma consumers hold up to 160 registers of accumulators and
-/// fragments across the main loop; every register held beside them spilled).
+/// The units of the tiles cut into stream-K ranges: all tiles after the first whole_tiles.
+__device__ __forceinline__ int stream_k_units(int tile_count, int whole_tiles, int kblocks) {
+  return (tile_count - whole_tiles) * kblocks;
+}
+
+/// A stream-K CTA's segments: its whole tiles (whole_tiles, a multiple of gridDim.x, walked as
+/// TileSchedule::whole_tiles does), then its range of the other tiles' units. One register, the
+/// next unit over all tiles: the range's end is recomputed from kernel parameters at each step
+/// (the wgmma consumers hold up to 160 registers of accumulators and fragments across the main
+/// loop; every register held beside them spilled).
 class StreamKWalk {
  public:
-  __device__ StreamKWalk(int tile_count, int kblocks)
-      : unit_(stream_k_start(blockIdx.x, gridDim.x, tile_count * kblocks)) {}
+  __device__ StreamKWalk(int tile_count, int whole_tiles, int kblocks)
+      : unit_(whole_tiles > 0 ? int(blockIdx.x) * kblocks
+                              : range_start(blockIdx.x, tile_count, whole_tiles, kblocks)) {}
 
   /// The next segment, or false when the CTA's range is done.
-  __device__ __forceinline__ bool next(TileSegment& s, int tile_count, int kblocks) {
-    const int end = stream_k_start(blockIdx.x + 1, gridDim.x, tile_count * kblocks);
+  __device__ __forceinline__ bool next(TileSegment& s, int tile_count, int whole_tiles,
+                                       int kblocks) {
+    const int whole_units = whole_tiles * kblocks;
+    if (unit_ < whole_units) {  // a whole tile; after the CTA's last one, its range
+      s.tile_seq = unit_ / kblocks;
+      s.kb_begin = 0;
+      s.kb_end = kblocks;
+      unit_ += int(gridDim.x) * kblocks;
+      if (unit_ >= whole_units) unit_ = range_start(blockIdx.x, tile_count, whole_tiles, kblocks);
+      return true;
+    }
+    const int end = range_start(blockIdx.x + 1, tile_count, whole_tiles, kblocks);
     if (unit_ >= end) return false;
     s.tile_seq = unit_ / kblocks;
     s.kb_begin = unit_ - s.tile_seq * kblocks;
@@ -79,20 +104,28 @@ class StreamKWalk {
   }
 
  private:
+  /// The first unit (over all tiles) of stream-K range `cta`.
+  static __device__ __forceinline__ int range_start(int cta, int tile_count, int whole_tiles,
+                                                    int kblocks) {
+    return whole_tiles * kblocks +
+           stream_k_start(cta, gridDim.x, stream_k_units(tile_count, whole_tiles, kblocks));
+  }
+
   int unit_;
 };
 
 /// body(segment) for each of a CTA's segments under schedule kSchedule: `one` (the grid's tile
 /// or split: a single call, which the compiler sees as such), the whole tiles blockIdx.x,
-/// blockIdx.x + gridDim.x, ... below tile_count, or the CTA's stream-K range.
+/// blockIdx.x + gridDim.x, ... below tile_count, or (stream-K) those below whole_tiles and then
+/// the CTA's range of the other tiles' units.
 template <TileSchedule kSchedule, class Body>
 __device__ __forceinline__ void for_each_segment(const TileSegment& one, int tile_count,
-                                                 int kblocks, Body&& body) {
+                                                 int whole_tiles, int kblocks, Body&& body) {
   if constexpr (kSchedule == TileSchedule::whole_tiles) {
     for (int t = blockIdx.x; t < tile_count; t += gridDim.x) body(TileSegment{t, 0, kblocks});
   } else if constexpr (kSchedule == TileSchedule::stream_k) {
-    StreamKWalk walk(tile_count, kblocks);
-    for (TileSegment s; walk.next(s, tile_count, kblocks);) body(s);
+    StreamKWalk walk(tile_count, whole_tiles, kblocks);
+    for (TileSegment s; walk.next(s, tile_count, whole_tiles, kblocks);) body(s);
   } else {
     body(one);
   }
@@ -128,11 +161,12 @@ __device__ __forceinline__ void stream_k_put_partial(const A (&acc)[kAcc], void*
 }
 
 /// The owner (CTA `cta`, which computed the tile's K blocks [0, covered)) adds the partials of
-/// the CTAs after it, in K order, to its accumulators. units = tile_count · kblocks, ctas the
-/// grid's CTAs. kEveryThreadWaits: all 256 threads wait for each flag, else thread 0 waits and
-/// the named barrier tells the others; the choice only moves ptxas's register allocation (13.0):
-/// the weight-only kernel's 256-token stream-K instances spilled 4 bytes with one waiter, the
-/// W4A8 kernel's 256-token persistent ones 4 bytes with every thread waiting.
+/// the CTAs after it, in K order, to its accumulators. units: the stream-K ranges' units
+/// (stream_k_units), ctas the grid's CTAs. kEveryThreadWaits: all 256 threads wait for each
+/// flag, else thread 0 waits and the named barrier tells the others; the choice only moves
+/// ptxas's register allocation (13.0): the weight-only kernel's 256-token stream-K instances
+/// spilled 4 bytes with one waiter, the W4A8 kernel's 256-token persistent ones 4 bytes with
+/// every thread waiting.
 template <bool kEveryThreadWaits, class A, int kAcc>
 __device__ __forceinline__ void stream_k_add_partials(A (&acc)[kAcc], const void* workspace,
                                                       int* flags, int cta, int covered,
