@@ -605,24 +605,31 @@ TEST(Sm90Tiling, Int4TilesDoubleAndSplitOnLongK) {
 // sm90_w4a8_gemm's stream-K rule on 132 SMs, from the H200 A/B of 2026-11-29 (plan_sm90_w4a8):
 // host logic, no GPU needed.
 TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseLastWave) {
+  auto pays = [](int tiles_m, int tiles_n, int sms, int bm, int bits) {
+    return cuda::sm90_w4a8_stream_k_pays(tiles_m, tiles_n, sms, bm, bits);
+  };
   // 80 channel tiles of 10240x8192: int4 weights from 64-token tiles on (0.85-0.94x the time),
   // int8 weights on 256-token tiles (0.93x) but not 64 or 128 (1.07x, 1.12x slower).
-  for (int bm : {64, 128, 256}) EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, bm, 4)) << bm;
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 132, 64, 8));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 132, 128, 8));
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(80, 132, 256, 8));
+  for (int bm : {64, 128, 256}) EXPECT_TRUE(pays(1, 80, 132, bm, 4)) << bm;
+  EXPECT_FALSE(pays(1, 80, 132, 64, 8));
+  EXPECT_FALSE(pays(1, 80, 132, 128, 8));
+  EXPECT_TRUE(pays(1, 80, 132, 256, 8));
   // 96 tiles of 6144x4096 at M = 256 ran 1.13-1.28x slower: more than 132 / 1.5 = 88 tiles.
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(88, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(89, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(96, 132, 128, 4));
-  // Two waves: 160 tiles leave the second a fifth full (w4a8_g128 ran 0.78x the time, w4a8_pc
-  // 0.96x); from 177 tiles it is more than a third full. A GPU of fewer SMs takes fewer tiles.
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(160, 132, 128, 4));
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(176, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(177, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(320, 132, 128, 4));
-  EXPECT_FALSE(cuda::sm90_w4a8_stream_k_pays(80, 114, 256, 4));
-  EXPECT_TRUE(cuda::sm90_w4a8_stream_k_pays(76, 114, 256, 4));
+  EXPECT_TRUE(pays(1, 88, 132, 128, 4));
+  EXPECT_FALSE(pays(1, 89, 132, 128, 4));
+  EXPECT_FALSE(pays(2, 48, 132, 128, 4));
+  // Two waves: 160 tiles (2 token tiles) leave the second a fifth full (w4a8_g128 ran 0.78x the
+  // time, w4a8_pc 0.96x); from 177 tiles it is more than a third full. With more than two token
+  // tiles the ranges read the weights from DRAM more often: whole tiles.
+  EXPECT_TRUE(pays(2, 80, 132, 128, 4));
+  EXPECT_TRUE(pays(2, 88, 132, 128, 4));
+  EXPECT_FALSE(pays(2, 89, 132, 128, 4));
+  EXPECT_FALSE(pays(4, 40, 132, 128, 4));
+  EXPECT_FALSE(pays(4, 80, 132, 128, 4));
+  EXPECT_TRUE(pays(4, 20, 132, 128, 4));  // one wave: any token tiles
+  // A GPU of fewer SMs takes fewer tiles.
+  EXPECT_FALSE(pays(1, 80, 114, 256, 4));
+  EXPECT_TRUE(pays(1, 76, 114, 256, 4));
 }
 
 // The f32 group format (tiles of at most 128 tokens) on 10240x8192 at M = 256: choose_sm90_tiles
@@ -643,6 +650,11 @@ TEST(Sm90Tiling, W4A8TilesDoubleIntoStreamK) {
   t = pick(256, 5120, 5120);
   EXPECT_EQ(t.bm, 128);
   EXPECT_EQ(t.tiles_m * t.tiles_n, 80);
+  // 5120x5120 at M = 512: 320 tiles of 64 tokens would become 160 of 128, but those are 4
+  // token tiles: unchanged.
+  t = pick(512, 5120, 5120);
+  EXPECT_EQ(t.bm, 64);
+  EXPECT_EQ(t.tiles_m * t.tiles_n, 320);
   // M = 1024: 640 tiles of 128 tokens, nothing to double into.
   t = pick(1024, 10240, 8192);
   EXPECT_EQ(t.bm, 128);

@@ -75,12 +75,13 @@ std::string stream_k_walk_words(int whole_tiles, int ctas) {
          " of tiles, then equal ranges of the other tiles' K blocks";
 }
 
-bool sm90_w4a8_stream_k_pays(int64_t tiles, int sm_count, int bm, int weight_bits) {
+bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits) {
   constexpr double kStreamKSlowdown = 1.5;
   const int min_bm = weight_bits == 8 ? 256 : 64;
+  const int64_t tiles = int64_t{tiles_m} * tiles_n;
   const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
   return static_cast<double>(tiles) * kStreamKSlowdown <= static_cast<double>(tile_slots) &&
-         bm >= min_bm;
+         bm >= min_bm && (tiles <= sm_count || tiles_m <= 2);
 }
 
 Sm90TileChoice prefer_doubled_tile_stream_k(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
@@ -89,11 +90,12 @@ Sm90TileChoice prefer_doubled_tile_stream_k(const Sm90TileChoice& t, int64_t m, 
   const int bm2 = 2 * t.bm;
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
   if (t.splits != 1 || t.stream_k || bm2 > max_bm || tiles <= sm_count ||
-      sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits))
+      sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits))
     return t;
   const int64_t tiles_m2 = (m + bm2 - 1) / bm2;
   const int64_t tiles2 = tiles_m2 * t.tiles_n;
-  if (!sm90_w4a8_stream_k_pays(tiles2, sm_count, bm2, weight_bits) ||
+  if (!sm90_w4a8_stream_k_pays(static_cast<int>(tiles_m2), t.tiles_n, sm_count, bm2,
+                               weight_bits) ||
       tiles2 * (k_pad / 128) < int64_t{kMinStreamKBlocksPerCta} * sm_count)
     return t;
   const double whole = static_cast<double>((tiles + sm_count - 1) / sm_count) * (t.bm + 48);

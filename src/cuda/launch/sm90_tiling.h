@@ -103,14 +103,19 @@ struct Sm90TileCosts {
 constexpr double kStreamKMinIdleShare = 0.1;
 constexpr int kMinStreamKBlocksPerCta = 4;
 
-/// Whether sm90_w4a8_gemm's planner trades an unsplit grid of `tiles` whole tiles of `bm`
-/// tokens (weights of `weight_bits`) for stream-K on sm_count SMs: only where the tiles fill at
-/// most 1 / 1.5 of the SMs' tile slots (their waves, the last one whole: a one-wave grid of at
-/// most 88 tiles on 132 SMs, or a two-wave one of 133 to 176), and for int8 weights only
-/// 256-token tiles (their smaller tiles already stream the weights near the copy ceiling). The
+/// Whether sm90_w4a8_gemm's planner trades an unsplit grid of tiles_m × tiles_n whole tiles of
+/// `bm` tokens (weights of `weight_bits`) for stream-K on sm_count SMs: only where the tiles
+/// fill at most 1 / 1.5 of the SMs' tile slots (their waves, the last one whole: a one-wave grid
+/// of at most 88 tiles on 132 SMs, or a two-wave one of 133 to 176), and for int8 weights only
+/// 256-token tiles (their smaller tiles already stream the weights near the copy ceiling). A
+/// grid of more than one wave only with at most 2 token tiles: the ranges start at different
+/// K blocks, so the CTAs on a channel tile's token tiles read its weight blocks at different
+/// times, not together as whole tiles in band_raster order do, and more token tiles would read
+/// them from DRAM more often (measured: 2 token tiles; w4a8_pc 4096×14336 at M = 1024, 8 token
+/// tiles of 128, ran 101.2 µs in ranges against 72.2 whole, H100, 2026-12-07). The
 /// measurements are in plan_sm90_w4a8; the caller checks that every CTA keeps
 /// kMinStreamKBlocksPerCta K blocks.
-bool sm90_w4a8_stream_k_pays(int64_t tiles, int sm_count, int bm, int weight_bits);
+bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits);
 
 /// An unsplit grid `t` of whole tiles in more than one wave traded for tiles of twice the tokens
 /// (at most max_bm) in stream-K ranges, where stream-K pays for the doubled grid but not for

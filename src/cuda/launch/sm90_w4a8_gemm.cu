@@ -344,10 +344,11 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // 256-token tiles: their 64- and 128-token tiles of 10240x8192 ran 1.07x and 1.12x slower
   // (80 CTAs already streamed the weights at 74-80% of the copy ceiling; more SMs add only the
   // partials' traffic), while int4 weights, converted on the way, gain from 64 tokens on.
-  // Two-wave grids whose second wave is at most a third full as well (H100, 2026-12-07,
-  // bench/results/h100_sm90_tile_sweep_94f5861.txt): 160 tiles of 128 tokens of 10240x8192 at
-  // M = 256 ran w4a8_g128 in 59.3 us against 76.0 whole, w4a8_pc in 42.1 against 43.7; grids
-  // with more of their last wave filled lost (96 tiles: 1.05x and 1.34x; 320: 1.01x and 1.18x).
+  // Two-wave grids of at most 2 token tiles whose second wave is at most a third full as well
+  // (H100, 2026-12-07, bench/results/h100_sm90_tile_sweep_94f5861.txt): 160 tiles of 128 tokens
+  // of 10240x8192 at M = 256 ran w4a8_g128 in 59.3 us against 76.0 whole, w4a8_pc in 42.1
+  // against 43.7; grids with more of their last wave filled lost (96 tiles: 1.05x and 1.34x;
+  // 320: 1.01x and 1.18x), and so did ranges over 8 token tiles (sm90_w4a8_stream_k_pays).
   // (sm90_w4a8_stream_k_pays; NIBBLE_SM90_STREAM_K=1 takes it wherever the K blocks allow.)
   // Persistent instances store tiles by TMA (16-bit outputs it can address), s32 ones by slab;
   // s32 has none at BM = 256: with the 16-bit outputs' TMA store a compile-time choice (one
@@ -368,7 +369,7 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
                   range_tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
                    (stream_k_pays_for_k &&
-                    sm90_w4a8_stream_k_pays(tiles, sm_count, t.bm, weight_bits)));
+                    sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits)));
   best.whole_tiles = best.stream_k ? whole_waves * sm_count : 0;
   best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && persistent_possible);
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
