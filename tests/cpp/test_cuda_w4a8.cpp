@@ -638,32 +638,27 @@ TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseLastWave) {
 // against 84.4 (H100, 2026-12-07). Grids stream-K already suits, or whose doubled grid it would
 // not suit, stay.
 TEST(Sm90Tiling, W4A8TilesDoubleIntoStreamK) {
-  auto pick = [](int64_t m, int64_t n, int64_t k) {
-    const cuda::Sm90TileChoice t = cuda::choose_sm90_tiles(m, n, k, 132, {128, 64}, 24, {});
-    return cuda::prefer_doubled_tile_stream_k(t, m, k, 132, 128, 4);
+  struct Case {
+    int64_t m, n, k;
+    int bm, tiles;
+    const char* why;
   };
-  cuda::Sm90TileChoice t = pick(256, 10240, 8192);
-  EXPECT_EQ(t.bm, 128);
-  EXPECT_EQ(t.tiles_m * t.tiles_n, 160);
-  EXPECT_EQ(t.splits, 1);
-  // 5120x5120 at M = 256: 80 tiles of 128 tokens already (stream-K pays as they are).
-  t = pick(256, 5120, 5120);
-  EXPECT_EQ(t.bm, 128);
-  EXPECT_EQ(t.tiles_m * t.tiles_n, 80);
-  // 5120x5120 at M = 512: 320 tiles of 64 tokens would become 160 of 128, but those are 4
-  // token tiles: unchanged.
-  t = pick(512, 5120, 5120);
-  EXPECT_EQ(t.bm, 64);
-  EXPECT_EQ(t.tiles_m * t.tiles_n, 320);
-  // M = 1024: 640 tiles of 128 tokens, nothing to double into.
-  t = pick(1024, 10240, 8192);
-  EXPECT_EQ(t.bm, 128);
-  EXPECT_EQ(t.tiles_m * t.tiles_n, 640);
-  // 6144x4096 at M = 512: 384 tiles of 64 tokens; doubled, 192 would fill their second wave
-  // more than a third. Unchanged.
-  t = pick(512, 6144, 4096);
-  EXPECT_EQ(t.bm, 64);
-  EXPECT_EQ(t.tiles_m * t.tiles_n, 384);
+  const Case cases[] = {
+      {256, 10240, 8192, 128, 160, "320 tiles of 64 tokens (3 waves) become 160 of 128"},
+      {256, 5120, 5120, 128, 80, "80 tiles of 128 tokens already: stream-K pays as they are"},
+      {512, 5120, 5120, 64, 320, "160 tiles of 128 would be 4 token tiles: unchanged"},
+      {1024, 10240, 8192, 128, 640, "640 tiles of 128 tokens: nothing to double into"},
+      {512, 6144, 4096, 64, 384, "192 doubled tiles would fill the second wave over a third"},
+  };
+  for (const Case& c : cases) {
+    const cuda::Sm90TileChoice whole =
+        cuda::choose_sm90_tiles(c.m, c.n, c.k, 132, {128, 64}, 24, {});
+    const cuda::Sm90TileChoice t =
+        cuda::prefer_doubled_tile_stream_k(whole, c.m, c.k, 132, 128, 4);
+    EXPECT_EQ(t.bm, c.bm) << c.why;
+    EXPECT_EQ(t.tiles_m * t.tiles_n, c.tiles) << c.why;
+    EXPECT_EQ(t.splits, 1) << c.why;
+  }
 }
 #endif
 
