@@ -453,13 +453,12 @@ TEST(Sm90Tiling, CostModelWeighsWavesAgainstTileSize) {
   t = cuda::choose_sm90_tiles_by_cost(1024, 5120, 5120, 132, with_stream_k, 8, cluster);
   EXPECT_TRUE(t.stream_k);
   EXPECT_EQ(t.whole_tiles, 0);
-  with_stream_k.whole_waves_forced = true;
-  with_stream_k.whole_waves = -1;
+  with_stream_k.forced_whole_waves = -1;
   t = cuda::choose_sm90_tiles_by_cost(1024, 5120, 5120, 132, with_stream_k, 8, cluster);
   EXPECT_TRUE(t.stream_k);
   EXPECT_EQ(t.bm, 256);
   EXPECT_EQ(t.whole_tiles, 132);
-  with_stream_k.whole_waves_forced = false;
+  with_stream_k.forced_whole_waves.reset();
   // Forced whole waves are clipped to all but the last wave; negative counts from the most.
   EXPECT_EQ(cuda::stream_k_whole_waves(-1, 320, 132), 2);
   EXPECT_EQ(cuda::stream_k_whole_waves(-2, 320, 132), 1);

@@ -75,6 +75,11 @@ std::string stream_k_walk_words(int whole_tiles, int ctas) {
          " of tiles, then equal ranges of the other tiles' K blocks";
 }
 
+int64_t stream_k_whole_tiles(const Sm90TileCosts& costs, int64_t tiles, int sm_count) {
+  if (!costs.forced_whole_waves) return 0;
+  return int64_t{stream_k_whole_waves(*costs.forced_whole_waves, tiles, sm_count)} * sm_count;
+}
+
 bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits) {
   constexpr double kStreamKSlowdown = 1.5;
   const int min_bm = weight_bits == 8 ? 256 : 64;
@@ -134,19 +139,17 @@ Sm90TileChoice choose_sm90_tiles_by_cost(int64_t m, int64_t n_pad, int64_t k_pad
     // Stream-K where whole tiles leave SMs idle and each CTA keeps enough K blocks: over all the
     // tiles, or after the whole waves asked for.
     const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
-    const int w = costs.whole_waves_forced
-                      ? stream_k_whole_waves(costs.whole_waves, tiles, sm_count)
-                      : 0;
-    const int64_t units = (tiles - int64_t{w} * sm_count) * kblocks;
+    const int64_t whole_tiles = stream_k_whole_tiles(costs, tiles, sm_count);
+    const int64_t units = (tiles - whole_tiles) * kblocks;
     if (costs.stream_k_slowdown > 0 &&
         static_cast<double>(tile_slots - tiles) >= kStreamKMinIdleShare * tile_slots &&
         units >= int64_t{kMinStreamKBlocksPerCta} * sm_count) {
       Sm90TileChoice c;
       c.kblocks_per_split = kblocks;
       c.stream_k = true;
-      c.whole_tiles = w * sm_count;
+      c.whole_tiles = static_cast<int>(whole_tiles);
       consider(c, bm, tiles_m,
-               static_cast<double>(w) * kblocks * per_kblock +
+               static_cast<double>(whole_tiles / sm_count) * kblocks * per_kblock +
                    static_cast<double>((units + sm_count - 1) / sm_count) * per_kblock *
                        costs.stream_k_slowdown +
                    costs.fixed + 2.0 + costs.stream_k_fixup_per_token * bm);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 namespace nibble::cuda {
@@ -83,19 +84,22 @@ Sm90TileChoice prefer_doubled_tile_split(const Sm90TileChoice& t, int64_t m, int
 /// sm_count) K blocks each at stream_k_slowdown times the K block's cost (a CTA's segments
 /// each drain the pipeline), plus `fixed` and the fix-up: stream_k_fixup_per_token · bm (a
 /// partial tile of bm × 128 f32 stored to L2 and read back by its owner, which the owners all
-/// do at the end) and 2 more. whole_waves_forced (measurements): the stream-K grids walk
-/// stream_k_whole_waves(whole_waves) whole waves of tiles first (each kblocks · the K block's
-/// cost) and cut only the rest into ranges. Unforced they take none: walking the most whole
-/// waves first, the fastest token tile ran 0.98–1.45× the time of the fastest other schedule on
-/// 20 cells of W4A8 and W4A16 (H100, 2026-12-07, bench/results/h100_sm90_tile_sweep_94f5861.txt),
-/// faster on two only (0.98×, 0.99×). stream_k_only leaves only the stream-K candidates.
+/// do at the end) and 2 more. forced_whole_waves (measurements): the stream-K grids walk that
+/// many whole waves of tiles first (stream_k_whole_tiles; each kblocks · the K block's cost) and
+/// cut only the rest into ranges. Unforced they take none: walking the most whole waves first,
+/// the fastest token tile ran 0.98–1.45× the time of the fastest other schedule on 20 cells of
+/// W4A8 and W4A16 (H100, 2026-12-07, bench/results/h100_sm90_tile_sweep_94f5861.txt), faster on
+/// two only (0.98×, 0.99×). stream_k_only leaves only the stream-K candidates.
 struct Sm90TileCosts {
   double kblock_64 = 0, kblock_128 = 0, kblock_256 = 0, fixed = 0, cluster_reduce = 0;
   double stream_k_slowdown = 0, stream_k_fixup_per_token = 0;
   bool stream_k_only = false;
-  bool whole_waves_forced = false;
-  int whole_waves = 0;
+  std::optional<int> forced_whole_waves = std::nullopt;
 };
+
+/// The tiles a stream-K grid of `tiles` tiles on sm_count SMs walks whole before its ranges:
+/// the whole waves costs.forced_whole_waves asks for (stream_k_whole_waves), else none.
+int64_t stream_k_whole_tiles(const Sm90TileCosts& costs, int64_t tiles, int sm_count);
 
 /// Stream-K is a candidate where whole tiles would leave at least this share of the SMs' tile
 /// slots idle (3% at 512 tiles on 132 SMs: the fix-ups would cost about what balance gains),

@@ -241,8 +241,7 @@ void sm90_stream_k_costs(Sm90TileCosts& costs) {
   // tiles before its ranges (clipped to all but the last wave; -1 the most, -2 one less).
   constexpr int kUnset = 1 << 20;
   const int waves = nibble::detail::env_int("NIBBLE_SM90_STREAM_K_WHOLE_WAVES", kUnset, -64, 64);
-  costs.whole_waves_forced = waves != kUnset;
-  costs.whole_waves = costs.whole_waves_forced ? waves : 0;
+  if (waves != kUnset) costs.forced_whole_waves = waves;
   if (env_is("NIBBLE_SM90_STREAM_K", "0") || !sm90_persistent_allowed()) {
     costs.stream_k_slowdown = 0;
     costs.stream_k_only = false;
@@ -360,17 +359,14 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
   // NIBBLE_SM90_STREAM_K_WHOLE_WAVES sets how many whole waves a stream-K grid walks first
   // (sm90_stream_k_costs); the planner's own grids walk none (sm90_tiling.h, Sm90TileCosts).
-  const int whole_waves =
-      stream_k_costs.whole_waves_forced
-          ? stream_k_whole_waves(stream_k_costs.whole_waves, tiles, sm_count)
-          : 0;
-  const int64_t range_tiles = tiles - int64_t{whole_waves} * sm_count;
+  const int64_t whole_tiles = stream_k_whole_tiles(stream_k_costs, tiles, sm_count);
   best.stream_k = persistent_possible && stream_k_possible && t.splits == 1 && !best.multicast_a &&
-                  range_tiles * (k_pad / 128) >= int64_t{kMinStreamKBlocksPerCta} * sm_count &&
+                  (tiles - whole_tiles) * (k_pad / 128) >=
+                      int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
                    (stream_k_pays_for_k &&
                     sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits)));
-  best.whole_tiles = best.stream_k ? whole_waves * sm_count : 0;
+  best.whole_tiles = best.stream_k ? static_cast<int>(whole_tiles) : 0;
   best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && persistent_possible);
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
   best.ctas = !best.persistent  ? t.tiles_m * t.tiles_n * t.splits
