@@ -562,9 +562,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto fold = [&](int s) {
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[i]);
-          const float* sc = reinterpret_cast<const float*>(smem + s * Cfg::kStageBytes +
-                                                           Cfg::kABytes + Cfg::kWBytes);
-          float s0 = sc[ch_local], s1 = sc[ch_local + 8];
+          // ld.shared: through the generic ring pointer these were LD.E, generic loads.
+          const uint8_t* sc = smem + s * Cfg::kStageBytes + Cfg::kABytes + Cfg::kWBytes;
+          float s0 = __uint_as_float(ptx::lds32(sc + 4 * ch_local));
+          float s1 = __uint_as_float(ptx::lds32(sc + 4 * (ch_local + 8)));
           // (Cfg::kHighNibbleDecode first, on its own: it discards the block for the fp8 group
           // instance, whose sums are f32.)
           if constexpr (Cfg::kHighNibbleDecode) {

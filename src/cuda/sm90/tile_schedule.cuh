@@ -155,7 +155,10 @@ __device__ __forceinline__ void stream_k_put_partial(const A (&acc)[kAcc], void*
   for (int j = 0; j < kAcc / 4; ++j)
     __stcg(slot + j * 256 + ctid, make_uint4(acc_bits(acc[4 * j]), acc_bits(acc[4 * j + 1]),
                                              acc_bits(acc[4 * j + 2]), acc_bits(acc[4 * j + 3])));
-  __threadfence();  // every consumer's stores are visible device-wide before the flag says so
+  // The flag's release by thread 0 after the barrier publishes every consumer's stores: the
+  // barrier orders them before it and a release is cumulative (the PTX memory model; CUTLASS's
+  // split-K semaphore does the same). A fence per thread (fence.sc.gpu, MEMBAR.SC.GPU) before
+  // the barrier made each of the 256 threads wait for its stores to reach L2.
   asm volatile("bar.sync 1, 256;\n" ::: "memory");
   if (ctid == 0) ptx::st_release_gpu(flags + cta, 1);
 }
