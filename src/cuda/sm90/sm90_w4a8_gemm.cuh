@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto for_each_tile_segment = [&](auto&& body) {
     if constexpr (kPersistent) {
       if (p.stream_k) {
-        StreamKWalk walk(tile_count, p.whole_tiles, p.kblocks);
+        StreamKWalk walk;
         for (TileSegment seg; walk.next(seg, tile_count, p.whole_tiles, p.kblocks);) body(seg);
         return;
       }

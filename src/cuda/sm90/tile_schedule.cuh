@@ -12,6 +12,8 @@
 //                numbered tile by tile, cut into C ranges of equal length (the first units % C
 //                one longer); CTA c takes range c. A range starts inside a tile (the end of that
 //                tile), goes through whole tiles, and ends inside a tile (the start of that one).
+//                The CTA walks the whole tiles of its range first, then the end of its first
+//                tile, then the start of its last (stream_k_order.h says why).
 //
 // The schedule is a kernel instance's compile-time choice, not a launch parameter: with both
 // persistent walks in one loop behind a run-time flag, ptxas (13.0) kept the weight-only
@@ -32,14 +34,14 @@
 // NIBBLE_SM90_STREAM_K_WHOLE_WAVES asks (sm90_tiling.h).
 //
 // The fix-up, deterministic run to run: the CTA whose segment starts at a tile's first K block
-// owns the tile. It is the CTA whose range ends in that tile, so it computes that segment last
-// of all its work; the CTAs after it computed the rest of the tile first of their ranges, each
-// storing its partial accumulators in its slot of the workspace and then raising its flag.
-// The owner adds those partials to its accumulators in K order (waiting for each flag, which it
-// lowers again for the next launch), then stores the tile. Only a range's first segment can
-// start past a tile's first K block, so each CTA stores at most one partial: slot and flag c.
-// Waiting cannot deadlock: before the partial a CTA stores come only its whole tiles, and none
-// of that work waits for anybody; every CTA of the grid is resident at once (one per SM).
+// owns the tile. It is the CTA whose range ends in that tile, and it computes that segment last
+// of all its work; each CTA after it that covers the rest of the tile stores its partial
+// accumulators in its slot of the workspace and then raises its flag. The owner adds those
+// partials to its accumulators in K order (waiting for each flag, which it lowers again for the
+// next launch), then stores the tile. Only a range's first tile can be entered past its first
+// K block, so each CTA stores at most one partial: slot and flag c. Waiting cannot deadlock:
+// before the partial a CTA stores come only whole tiles, and none of that work waits for
+// anybody; every CTA of the grid is resident at once (one per SM).
 //
 // The partials keep the accumulators' register layout: thread t of the 256 consumer threads
 // stores accumulators 4j..4j+3 as the 16 bytes at (j·256 + t)·16 of its slot, and the owner's
@@ -51,67 +53,29 @@
 #include <type_traits>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/sm90/stream_k_order.h"
 
 namespace nibble::cuda::sm90 {
 
-struct TileSegment {
-  int tile_seq = 0, kb_begin = 0, kb_end = 0;
-};
-
-/// The first unit of stream-K range `cta` of `ctas` over `units` units.
-__device__ __forceinline__ int stream_k_start(int cta, int ctas, int units) {
-  const int q = units / ctas, r = units % ctas;
-  return cta * q + min(cta, r);
-}
-
 enum class TileSchedule { one_tile, whole_tiles, stream_k };
 
-/// The units of the tiles cut into stream-K ranges: all tiles after the first whole_tiles.
-__device__ __forceinline__ int stream_k_units(int tile_count, int whole_tiles, int kblocks) {
-  return (tile_count - whole_tiles) * kblocks;
-}
-
-/// A stream-K CTA's segments: its whole tiles (whole_tiles, a multiple of gridDim.x, walked as
-/// TileSchedule::whole_tiles does), then its range of the other tiles' units. One register, the
-/// next unit over all tiles: the range's end is recomputed from kernel parameters at each step
-/// (the wgmma consumers hold up to 160 registers of accumulators and fragments across the main
-/// loop; every register held beside them spilled).
+/// A stream-K CTA's segments, in stream_k_order.h's order. One register, the step: the segment
+/// is recomputed from blockIdx.x, gridDim.x and kernel parameters at each step (the wgmma
+/// consumers hold up to 160 registers of accumulators and fragments across the main loop; every
+/// register held beside them spilled), all uniform across the CTA.
 class StreamKWalk {
  public:
-  __device__ StreamKWalk(int tile_count, int whole_tiles, int kblocks)
-      : unit_(whole_tiles > 0 ? int(blockIdx.x) * kblocks
-                              : range_start(blockIdx.x, tile_count, whole_tiles, kblocks)) {}
-
-  /// The next segment, or false when the CTA's range is done.
+  /// The next segment, or false when the CTA's work is done.
   __device__ __forceinline__ bool next(TileSegment& s, int tile_count, int whole_tiles,
                                        int kblocks) {
-    const int whole_units = whole_tiles * kblocks;
-    if (unit_ < whole_units) {  // a whole tile; after the CTA's last one, its range
-      s.tile_seq = unit_ / kblocks;
-      s.kb_begin = 0;
-      s.kb_end = kblocks;
-      unit_ += int(gridDim.x) * kblocks;
-      if (unit_ >= whole_units) unit_ = range_start(blockIdx.x, tile_count, whole_tiles, kblocks);
-      return true;
-    }
-    const int end = range_start(blockIdx.x + 1, tile_count, whole_tiles, kblocks);
-    if (unit_ >= end) return false;
-    s.tile_seq = unit_ / kblocks;
-    s.kb_begin = unit_ - s.tile_seq * kblocks;
-    s.kb_end = min(kblocks, s.kb_begin + (end - unit_));
-    unit_ += s.kb_end - s.kb_begin;
+    if (!stream_k_segment(blockIdx.x, gridDim.x, step_, tile_count, whole_tiles, kblocks, s))
+      return false;
+    ++step_;
     return true;
   }
 
  private:
-  /// The first unit (over all tiles) of stream-K range `cta`.
-  static __device__ __forceinline__ int range_start(int cta, int tile_count, int whole_tiles,
-                                                    int kblocks) {
-    return whole_tiles * kblocks +
-           stream_k_start(cta, gridDim.x, stream_k_units(tile_count, whole_tiles, kblocks));
-  }
-
-  int unit_;
+  int step_ = 0;
 };
 
 /// body(segment) for each of a CTA's segments under schedule kSchedule: `one` (the grid's tile
@@ -124,7 +88,7 @@ __device__ __forceinline__ void for_each_segment(const TileSegment& one, int til
   if constexpr (kSchedule == TileSchedule::whole_tiles) {
     for (int t = blockIdx.x; t < tile_count; t += gridDim.x) body(TileSegment{t, 0, kblocks});
   } else if constexpr (kSchedule == TileSchedule::stream_k) {
-    StreamKWalk walk(tile_count, whole_tiles, kblocks);
+    StreamKWalk walk;
     for (TileSegment s; walk.next(s, tile_count, whole_tiles, kblocks);) body(s);
   } else {
     body(one);
