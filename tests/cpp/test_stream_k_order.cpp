@@ -16,7 +16,9 @@
 namespace {
 
 using nibble::cuda::sm90::stream_k_segment;
+using nibble::cuda::sm90::stream_k_range_of;
 using nibble::cuda::sm90::stream_k_start;
+using nibble::cuda::sm90::stream_k_tile;
 using nibble::cuda::sm90::stream_k_units;
 using nibble::cuda::sm90::TileSegment;
 
@@ -30,7 +32,8 @@ std::vector<TileSegment> walk(int cta, int ctas, int tiles, int whole_tiles, int
   return segs;
 }
 
-/// The segments of range `cta` in unit order: the definition the walk reorders.
+/// The segments of range `cta` in unit order: the definition the walk reorders (tiles placed
+/// by stream_k_tile).
 std::vector<TileSegment> unit_order(int cta, int ctas, int tiles, int whole_tiles, int kblocks) {
   std::vector<TileSegment> segs;
   for (int t = cta; t < whole_tiles; t += ctas) segs.push_back({t, 0, kblocks});
@@ -39,7 +42,7 @@ std::vector<TileSegment> unit_order(int cta, int ctas, int tiles, int whole_tile
   for (int u = begin; u < end;) {
     const int tile = u / kblocks, kb = u % kblocks;
     const int kb_end = std::min(kblocks, kb + (end - u));
-    segs.push_back({whole_tiles + tile, kb, kb_end});
+    segs.push_back({whole_tiles + stream_k_tile(tile, ctas, units, kblocks), kb, kb_end});
     u += kb_end - kb;
   }
   return segs;
@@ -51,6 +54,23 @@ void check(int ctas, int tiles, int whole_waves, int kblocks) {
   const int whole_tiles = whole_waves * ctas;
   ASSERT_LE(whole_tiles, tiles);
   const int units = stream_k_units(tiles, whole_tiles, kblocks);
+  // stream_k_tile permutes the ranges' tiles, and range c's i-th tile started goes to i·ctas + c
+  // while every range starts more than i.
+  const int range_tiles = tiles - whole_tiles, n = units / ctas / kblocks;
+  std::vector<int> placed(size_t(range_tiles), 0);
+  for (int v = 0; v < range_tiles; ++v) {
+    const int t = stream_k_tile(v, ctas, units, kblocks);
+    ASSERT_TRUE(t >= 0 && t < range_tiles) << "tile " << v << " placed at " << t;
+    ++placed[size_t(t)];
+    const int c = stream_k_range_of(v * kblocks, ctas, units);
+    ASSERT_TRUE(stream_k_start(c, ctas, units) <= v * kblocks &&
+                v * kblocks < stream_k_start(c + 1, ctas, units));
+    const int i = v - (stream_k_start(c, ctas, units) + kblocks - 1) / kblocks;
+    if (i < n) {
+      EXPECT_EQ(t, i * ctas + c);
+    }
+  }
+  for (int t = 0; t < range_tiles; ++t) ASSERT_EQ(placed[size_t(t)], 1) << "position " << t;
   std::vector<int> covered(size_t(tiles) * kblocks, 0);
   // Per tile: its owner and the length it computes, and each CTA's piece.
   std::map<int, std::pair<int, int>> owner;

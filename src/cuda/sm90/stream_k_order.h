@@ -15,10 +15,11 @@
 // up to a whole tile's K blocks apart, and at M = 1024 on an H100 each weight block came from
 // DRAM about twice (Nsight Compute: 88 MB against 49 as whole tiles, w4a8_pc 4096×14336;
 // docs/kernels.md). With the interiors first, every CTA starts at K block 0 and the interiors
-// advance in waves, in step, as whole tiles do. The piece then comes late, shortly before its
-// owner needs it, and no CTA waits longer: ranges are of equal length (± 1 unit), and the CTAs
-// after the owner finish their pieces no later than their own ranges, the owner's range ends
-// with its owned start.
+// advance in waves, in step, as whole tiles do, and stream_k_tile numbers the tiles so that
+// those of one wave are neighbours in band_raster order, as whole tiles' are. The piece then
+// comes late, shortly before its owner needs it, and no CTA waits longer: ranges are of equal
+// length (± 1 unit), and the CTAs after the owner finish their pieces no later than their own
+// ranges, the owner's range ends with its owned start.
 //
 // Everything here is a function of blockIdx.x, gridDim.x, the step and the kernel parameters:
 // uniform across the CTA, so ptxas keeps the walks' ring and wgmma descriptor arithmetic on the
@@ -47,6 +48,26 @@ NIBBLE_HOST_DEVICE_INLINE int stream_k_units(int tile_count, int whole_tiles, in
   return (tile_count - whole_tiles) * kblocks;
 }
 
+/// The stream-K range (CTA) that holds unit u: the inverse of stream_k_start.
+NIBBLE_HOST_DEVICE_INLINE int stream_k_range_of(int u, int ctas, int units) {
+  const int q = units / ctas, r = units % ctas, long_units = r * (q + 1);
+  return u < long_units ? u / (q + 1) : r + (u - long_units) / q;
+}
+
+/// The band_raster position (among the ranges' tiles) of the tile whose first K block is unit
+/// v · kblocks of the ranges. Each range starts n or n + 1 tiles (n = units / ctas / kblocks);
+/// the i-th tile that range c starts goes to position i · ctas + c for i < n, as whole tiles
+/// would in wave i, and the (n + 1)-th ones follow in range order. So the CTAs' interiors at step
+/// i are neighbours in band_raster order, token tiles of the same channel tiles, which each
+/// weight block is read for at about the same time, as whole tiles are.
+NIBBLE_HOST_DEVICE_INLINE int stream_k_tile(int v, int ctas, int units, int kblocks) {
+  const int c = stream_k_range_of(v * kblocks, ctas, units);
+  // The first tile that range c starts; as many tiles start in the ranges before it.
+  const int first = (stream_k_start(c, ctas, units) + kblocks - 1) / kblocks;
+  const int n = units / ctas / kblocks, i = v - first;
+  return i < n ? i * ctas + c : n * ctas + (first - n * c);
+}
+
 /// Segment number `step` (0, 1, ...) of stream-K CTA `cta` of `ctas`, in the order above; false
 /// past the CTA's last. whole_tiles is a multiple of ctas.
 NIBBLE_HOST_DEVICE_INLINE bool stream_k_segment(int cta, int ctas, int step, int tile_count,
@@ -59,29 +80,32 @@ NIBBLE_HOST_DEVICE_INLINE bool stream_k_segment(int cta, int ctas, int step, int
   step -= whole_steps;
   const int units = stream_k_units(tile_count, whole_tiles, kblocks);
   const int begin = stream_k_start(cta, ctas, units), end = stream_k_start(cta + 1, ctas, units);
-  // The range's interior: tiles [first, last) of the ranges' tiles, whole.
+  // The range's interior: tiles [first, last) in unit order, whole.
   const int first = (begin + kblocks - 1) / kblocks, last = end / kblocks;
   const int interiors = last > first ? last - first : 0;
+  int v = -1, kb_begin = 0, kb_end = kblocks;
   if (step < interiors) {
-    s = TileSegment{whole_tiles + first + step, 0, kblocks};
-    return true;
-  }
-  step -= interiors;
-  const int piece_kb = begin % kblocks;
-  if (piece_kb != 0 && begin < end) {  // the range starts inside a tile: the piece
-    if (step == 0) {
-      const int kb_end = piece_kb + (end - begin);
-      s = TileSegment{whole_tiles + begin / kblocks, piece_kb, kb_end < kblocks ? kb_end : kblocks};
-      return true;
+    v = first + step;
+  } else {
+    step -= interiors;
+    const int piece_kb = begin % kblocks;
+    if (piece_kb != 0 && begin < end) {  // the range starts inside a tile: the piece
+      if (step == 0) {
+        v = begin / kblocks;
+        kb_begin = piece_kb;
+        kb_end = piece_kb + (end - begin) < kblocks ? piece_kb + (end - begin) : kblocks;
+      }
+      --step;
     }
-    --step;
+    // The range ends inside a tile whose start it covers: the owned start.
+    if (end % kblocks != 0 && last >= first && step == 0) {
+      v = last;
+      kb_end = end % kblocks;
+    }
   }
-  // The range ends inside a tile whose start it covers: the owned start.
-  if (end % kblocks != 0 && last >= first && step == 0) {
-    s = TileSegment{whole_tiles + last, 0, end % kblocks};
-    return true;
-  }
-  return false;
+  if (v < 0) return false;
+  s = TileSegment{whole_tiles + stream_k_tile(v, ctas, units, kblocks), kb_begin, kb_end};
+  return true;
 }
 
 }  // namespace nibble::cuda::sm90
