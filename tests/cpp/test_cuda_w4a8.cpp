@@ -605,8 +605,8 @@ TEST(Sm90Tiling, Int4TilesDoubleAndSplitOnLongK) {
 // sm90_w4a8_gemm's stream-K rule on 132 SMs, from the H200 A/B of 2026-11-29 (plan_sm90_w4a8):
 // host logic, no GPU needed.
 TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseLastWave) {
-  auto pays = [](int tiles_m, int tiles_n, int sms, int bm, int bits) {
-    return cuda::sm90_w4a8_stream_k_pays(tiles_m, tiles_n, sms, bm, bits);
+  auto pays = [](int tiles_m, int tiles_n, int sms, int bm, int bits, bool heavy = false) {
+    return cuda::sm90_w4a8_stream_k_pays(tiles_m, tiles_n, sms, bm, bits, heavy);
   };
   // 80 channel tiles of 10240x8192: int4 weights from 64-token tiles on (0.85-0.94x the time),
   // int8 weights on 256-token tiles (0.93x) but not 64 or 128 (1.07x, 1.12x slower).
@@ -630,6 +630,19 @@ TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseLastWave) {
   // A GPU of fewer SMs takes fewer tiles.
   EXPECT_FALSE(pays(1, 80, 114, 256, 4));
   EXPECT_TRUE(pays(1, 76, 114, 256, 4));
+  // Heavy K blocks (the f32 group format, H100, 2026-12-08): grids of more than one wave up to
+  // 1 / 1.25 of their slots, any token tiles. 296 tiles of 18944x3584 at M = 256 and 192 of
+  // 12288x4096 (M = 256) and 6144x4096 (M = 512) ran 0.90-0.92x the time in ranges; 216 tiles
+  // (13824x5120, M = 256) 1.04x. One wave as before: 96 tiles of 6144x4096 ran 1.05x.
+  EXPECT_TRUE(pays(2, 148, 132, 128, 4, true));
+  EXPECT_FALSE(pays(2, 148, 132, 128, 4));
+  EXPECT_TRUE(pays(2, 96, 132, 128, 4, true));
+  EXPECT_TRUE(pays(4, 48, 132, 128, 4, true));
+  EXPECT_FALSE(pays(4, 48, 132, 128, 4));
+  EXPECT_FALSE(pays(2, 108, 132, 128, 4, true));
+  EXPECT_FALSE(pays(4, 80, 132, 128, 4, true));  // 320 tiles: 400 > 396 slots
+  EXPECT_FALSE(pays(2, 48, 132, 128, 4, true));
+  EXPECT_TRUE(pays(2, 80, 132, 128, 4, true));
 }
 
 // The f32 group format (tiles of at most 128 tokens) on 10240x8192 at M = 256: choose_sm90_tiles
@@ -640,21 +653,27 @@ TEST(Sm90Tiling, W4A8StreamKOnlyOnASparseLastWave) {
 TEST(Sm90Tiling, W4A8TilesDoubleIntoStreamK) {
   struct Case {
     int64_t m, n, k;
+    bool heavy;
     int bm, tiles;
     const char* why;
   };
   const Case cases[] = {
-      {256, 10240, 8192, 128, 160, "320 tiles of 64 tokens (3 waves) become 160 of 128"},
-      {256, 5120, 5120, 128, 80, "80 tiles of 128 tokens already: stream-K pays as they are"},
-      {512, 5120, 5120, 64, 320, "160 tiles of 128 would be 4 token tiles: unchanged"},
-      {1024, 10240, 8192, 128, 640, "640 tiles of 128 tokens: nothing to double into"},
-      {512, 6144, 4096, 64, 384, "192 doubled tiles would fill the second wave over a third"},
+      {256, 10240, 8192, false, 128, 160, "320 tiles of 64 tokens (3 waves) become 160 of 128"},
+      {256, 10240, 8192, true, 128, 160, "320 tiles of 64 tokens (3 waves) become 160 of 128"},
+      {256, 5120, 5120, true, 128, 80, "80 tiles of 128 tokens already: stream-K pays as they are"},
+      {512, 5120, 5120, false, 64, 320, "160 tiles of 128 would be 4 token tiles: unchanged"},
+      {512, 5120, 5120, true, 128, 160, "heavy K blocks: 4 token tiles in ranges too"},
+      {1024, 10240, 8192, true, 128, 640, "640 tiles of 128 tokens: nothing to double into"},
+      {512, 6144, 4096, false, 64, 384, "192 doubled tiles would fill the second wave over a third"},
+      {512, 6144, 4096, true, 128, 192, "heavy K blocks: 192 tiles fill 0.73 of two waves"},
+      {256, 12288, 4096, true, 128, 192, "heavy K blocks: 384 tiles of 64 tokens become 192"},
+      {256, 13824, 5120, true, 128, 216, "216 tiles of 128 already, 0.82 of two waves: whole"},
   };
   for (const Case& c : cases) {
     const cuda::Sm90TileChoice whole =
         cuda::choose_sm90_tiles(c.m, c.n, c.k, 132, {128, 64}, 24, {});
     const cuda::Sm90TileChoice t =
-        cuda::prefer_doubled_tile_stream_k(whole, c.m, c.k, 132, 128, 4);
+        cuda::prefer_doubled_tile_stream_k(whole, c.m, c.k, 132, 128, 4, c.heavy);
     EXPECT_EQ(t.bm, c.bm) << c.why;
     EXPECT_EQ(t.tiles_m * t.tiles_n, c.tiles) << c.why;
     EXPECT_EQ(t.splits, 1) << c.why;

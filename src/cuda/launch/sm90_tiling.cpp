@@ -80,27 +80,30 @@ int64_t stream_k_whole_tiles(const Sm90TileCosts& costs, int64_t tiles, int sm_c
   return int64_t{stream_k_whole_waves(*costs.forced_whole_waves, tiles, sm_count)} * sm_count;
 }
 
-bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits) {
-  constexpr double kStreamKSlowdown = 1.5;
+bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits,
+                             bool heavy_kblocks) {
   const int min_bm = weight_bits == 8 ? 256 : 64;
   const int64_t tiles = int64_t{tiles_m} * tiles_n;
+  const bool one_wave = tiles <= sm_count;
+  const double slowdown = heavy_kblocks && !one_wave ? 1.25 : 1.5;
   const int64_t tile_slots = (tiles + sm_count - 1) / sm_count * sm_count;
-  return static_cast<double>(tiles) * kStreamKSlowdown <= static_cast<double>(tile_slots) &&
-         bm >= min_bm && (tiles <= sm_count || tiles_m <= 2);
+  return static_cast<double>(tiles) * slowdown <= static_cast<double>(tile_slots) &&
+         bm >= min_bm && (one_wave || tiles_m <= 2 || heavy_kblocks);
 }
 
 Sm90TileChoice prefer_doubled_tile_stream_k(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
-                                            int sm_count, int max_bm, int weight_bits) {
+                                            int sm_count, int max_bm, int weight_bits,
+                                            bool heavy_kblocks) {
   constexpr double kStreamKTileCost = 1.25;
   const int bm2 = 2 * t.bm;
   const int64_t tiles = int64_t{t.tiles_m} * t.tiles_n;
   if (t.splits != 1 || t.stream_k || bm2 > max_bm || tiles <= sm_count ||
-      sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits))
+      sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits, heavy_kblocks))
     return t;
   const int64_t tiles_m2 = (m + bm2 - 1) / bm2;
   const int64_t tiles2 = tiles_m2 * t.tiles_n;
   if (!sm90_w4a8_stream_k_pays(static_cast<int>(tiles_m2), t.tiles_n, sm_count, bm2,
-                               weight_bits) ||
+                               weight_bits, heavy_kblocks) ||
       tiles2 * (k_pad / 128) < int64_t{kMinStreamKBlocksPerCta} * sm_count)
     return t;
   const double whole = static_cast<double>((tiles + sm_count - 1) / sm_count) * (t.bm + 48);

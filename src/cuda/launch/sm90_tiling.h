@@ -112,14 +112,23 @@ constexpr int kMinStreamKBlocksPerCta = 4;
 /// fill at most 1 / 1.5 of the SMs' tile slots (their waves, the last one whole: a one-wave grid
 /// of at most 88 tiles on 132 SMs, or a two-wave one of 133 to 176), and for int8 weights only
 /// 256-token tiles (their smaller tiles already stream the weights near the copy ceiling). A
-/// grid of more than one wave only with at most 2 token tiles: the ranges start at different
-/// K blocks, so the CTAs on a channel tile's token tiles read its weight blocks at different
-/// times, not together as whole tiles in band_raster order do, and more token tiles would read
-/// them from DRAM more often (measured: 2 token tiles; w4a8_pc 4096×14336 at M = 1024, 8 token
-/// tiles of 128, ran 101.2 µs in ranges against 72.2 whole, H100, 2026-12-07). The
-/// measurements are in plan_sm90_w4a8; the caller checks that every CTA keeps
+/// grid of more than one wave only with at most 2 token tiles: more token tiles read each
+/// channel tile's weight blocks from DRAM more often in ranges than whole tiles in band_raster
+/// order do (w4a8_pc 4096×14336 at M = 1024, 8 token tiles of 128, ran 89 µs in ranges on an
+/// H100, 2026-12-08, against 72.2 whole the day before).
+/// heavy_kblocks: K blocks that cost several times per channel's (the f32 group format with
+/// int8 activations folds each block's sums into f32: 443 instructions per two K blocks against
+/// 128), so the SMs a grid leaves idle cost more than the ranges' fix-ups: a grid of more than
+/// one wave takes stream-K where its tiles fill at most 1 / 1.25 of the slots, whatever its
+/// token tiles (H100, 2026-12-08, bench/results/h100_ab_stream_k_interiors_first_7073a8e.txt:
+/// 192 tiles of 128 tokens ran 0.90× the time of whole tiles on 6144×4096 at M = 512 and 0.92×
+/// on 12288×4096 at M = 256, 296 0.92× on 18944×3584 at M = 256; fuller grids lost, 216 tiles
+/// 1.04×, 448 1.03×, or gained less than 5%, 320 0.95×, 432 0.97×). One wave keeps 1 / 1.5
+/// (96 tiles of 6144×4096 at M = 256 ran 1.05× in ranges).
+/// The measurements are in plan_sm90_w4a8; the caller checks that every CTA keeps
 /// kMinStreamKBlocksPerCta K blocks.
-bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits);
+bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int weight_bits,
+                             bool heavy_kblocks);
 
 /// An unsplit grid `t` of whole tiles in more than one wave traded for tiles of twice the tokens
 /// (at most max_bm) in stream-K ranges, where stream-K pays for the doubled grid but not for
@@ -127,10 +136,12 @@ bool sm90_w4a8_stream_k_pays(int tiles_m, int tiles_n, int sm_count, int bm, int
 /// K blocks at 1.25×: ⌈tiles / sm_count⌉ · (BM + 48) against tiles₂ / sm_count · (2·BM + 48) ·
 /// 1.25. On 132 SMs, 320 tiles of 64 tokens (3 waves) against 160 of 128 in ranges: w4a8_g128
 /// 10240×8192 at M = 256 ran 59.3 µs against 84.4 (H100, 2026-12-07,
-/// bench/results/h100_sm90_tile_sweep_94f5861.txt). One-wave grids are left as they are (not
-/// measured).
+/// bench/results/h100_sm90_tile_sweep_94f5861.txt); with heavy_kblocks, 384 tiles of 64 tokens
+/// of 12288×4096 at M = 256 against 192 of 128 in ranges, 40.9 µs against 44.5 (H100,
+/// 2026-12-08). One-wave grids are left as they are (not measured).
 Sm90TileChoice prefer_doubled_tile_stream_k(const Sm90TileChoice& t, int64_t m, int64_t k_pad,
-                                            int sm_count, int max_bm, int weight_bits);
+                                            int sm_count, int max_bm, int weight_bits,
+                                            bool heavy_kblocks);
 
 /// The token tile and cluster split count (1..kMaxSm90ClusterSplits, each split at least
 /// cluster.min_kblocks_per_split K blocks) with the least estimated time: waves × the time of a

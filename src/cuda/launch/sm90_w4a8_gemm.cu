@@ -307,10 +307,14 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // ran 40.8 against 44.6 (H100, 2026-12-07). Not measured between: 48 blocks is the line drawn.
   const bool cheap_kblocks = weight_bits == 4 && !a_e4m3 && epilogue != W4A8Epilogue::group;
   const bool stream_k_pays_for_k = !cheap_kblocks || k_pad / 128 >= 48;
+  // The f32 group format with int8 activations, whose K blocks cost about 3.5x per channel's,
+  // takes stream-K on fuller grids (sm90_w4a8_stream_k_pays). With fp8 activations not measured.
+  const bool heavy_kblocks = epilogue == W4A8Epilogue::group && !a_e4m3;
   if (weight_bits == 4 && forced_bm == 0 && stream_k_possible && !stream_k_costs.stream_k_only &&
       stream_k_pays_for_k && sm90_persistent_allowed() &&
       (epilogue == W4A8Epilogue::s32 || output_tma_storable))
-    t = prefer_doubled_tile_stream_k(t, m, k_pad, sm_count, std::min(max_bm, 128), weight_bits);
+    t = prefer_doubled_tile_stream_k(t, m, k_pad, sm_count, std::min(max_bm, 128), weight_bits,
+                                     heavy_kblocks);
   W4A8WgmmaPlan best;
   best.weight_bits = weight_bits;
   best.a_e4m3 = a_e4m3;
@@ -348,6 +352,10 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
   // of 10240x8192 at M = 256 ran w4a8_g128 in 59.3 us against 76.0 whole, w4a8_pc in 42.1
   // against 43.7; grids with more of their last wave filled lost (96 tiles: 1.05x and 1.34x;
   // 320: 1.01x and 1.18x), and so did ranges over 8 token tiles (sm90_w4a8_stream_k_pays).
+  // The f32 group format with int8 activations, since the ranges' interiors walk in waves
+  // (stream_k_order.h), up to 1 / 1.25 of the slots on grids of more than one wave and any
+  // token tiles: 0.90-0.92x the time of whole tiles on three layers (H100, 2026-12-08,
+  // bench/results/h100_ab_stream_k_interiors_first_7073a8e.txt).
   // (sm90_w4a8_stream_k_pays; NIBBLE_SM90_STREAM_K=1 takes it wherever the K blocks allow.)
   // Persistent instances store tiles by TMA (16-bit outputs it can address), s32 ones by slab;
   // s32 has none at BM = 256: with the 16-bit outputs' TMA store a compile-time choice (one
@@ -365,7 +373,8 @@ W4A8WgmmaPlan plan_sm90_w4a8(int64_t m, int64_t n_pad, int64_t k_pad, W4A8Epilog
                       int64_t{kMinStreamKBlocksPerCta} * sm_count &&
                   (stream_k_costs.stream_k_only ||
                    (stream_k_pays_for_k &&
-                    sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits)));
+                    sm90_w4a8_stream_k_pays(t.tiles_m, t.tiles_n, sm_count, t.bm, weight_bits,
+                                            heavy_kblocks)));
   best.whole_tiles = best.stream_k ? static_cast<int>(whole_tiles) : 0;
   best.persistent = best.stream_k || (t.splits == 1 && tiles > sm_count && persistent_possible);
   const int pair_tiles = t.tiles_m * ((t.tiles_n + 1) / 2);
