@@ -12,7 +12,7 @@
 // Why the interiors first ("deferred" pieces). Walked in unit order (piece, interior, owned
 // start), CTA c reads K block (x_c + t) mod kblocks at step t, x_c its range's offset into its
 // first tile: CTAs on token tiles of one channel tile read each weight block at different times,
-// up to a whole tile's K blocks apart, and at M = 1024 on an H100 each weight block came from
+// up to a whole tile's K blocks apart, and at M = 1024 on an H200 each weight block came from
 // DRAM about twice (Nsight Compute: 88 MB against 49 as whole tiles, w4a8_pc 4096×14336;
 // docs/kernels.md). With the interiors first, every CTA starts at K block 0 and the interiors
 // advance in waves, in step, as whole tiles do, and stream_k_tile numbers the tiles so that
