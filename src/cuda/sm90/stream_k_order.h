@@ -17,9 +17,9 @@
 // docs/kernels.md). With the interiors first, every CTA starts at K block 0 and the interiors
 // advance in waves, in step, as whole tiles do, and stream_k_tile numbers the tiles so that
 // those of one wave are neighbours in band_raster order, as whole tiles' are. The piece then
-// comes late, shortly before its owner needs it, and no CTA waits longer: ranges are of equal
-// length (± 1 unit), and the CTAs after the owner finish their pieces no later than their own
-// ranges, the owner's range ends with its owned start.
+// comes late, shortly before its owner needs it, and the owner should seldom wait for it: the
+// ranges are of equal length (± 1 unit), a CTA finishes its piece before its range ends, and
+// the owner's range ends with its owned start (not timed on its own).
 //
 // Everything here is a function of blockIdx.x, gridDim.x, the step and the kernel parameters:
 // uniform across the CTA, so ptxas keeps the walks' ring and wgmma descriptor arithmetic on the
