@@ -5,13 +5,15 @@ The wgmma kernels are bound by their consumer warps' instruction stream (docs/ke
 bounds the 128-token tile"), so the length of the innermost loop that issues the MMAs is a
 GPU-free proxy for a change's effect: count it before and after, then time only what moved.
 
-    usage: scripts/sass_loops.py OBJECT [OBJECT_B] [--filter TEXT] [--histogram]
+    usage: scripts/sass_loops.py OBJECT [OBJECT_B] [--filter TEXT] [--histogram | --all-loops]
 
 OBJECT is a library, an object file (cuobjdump -sass is run on it) or a .sass / .txt file of
 cuobjdump -sass output. For every function whose demangled name contains TEXT it prints the
 innermost loop's instruction count and MMA count (a loop is the code between a backward branch
 and its target; the innermost is the shortest one holding an HMMA / IMMA / xGMMA instruction),
-with OBJECT_B beside it and the difference. --histogram prints, per function, the opcodes whose
+with OBJECT_B beside it and the difference. --all-loops prints the sizes of every loop holding
+an MMA instead (a persistent kernel has one K loop per tile walk: the stream-K walk's is not the
+innermost), and for one OBJECT each loop's most frequent opcodes. --histogram prints, per function, the opcodes whose
 counts differ between the two innermost loops (predicates stripped), e.g. R2UR moves that appear
 when a descriptor leaves the uniform datapath. Exit status 77 when no cuobjdump is found
 (scripts/sass_check.py's search: PATH, beside nvcc, the PyPI wheels nvidia-cuda-cuobjdump and
@@ -48,10 +50,11 @@ def functions(lines):
     return out
 
 
-def innermost_mma_loop(instructions):
-    """The shortest backward-branch loop holding an MMA instruction, as a list of texts."""
+def mma_loops(instructions):
+    """Every backward-branch loop holding an MMA instruction, as lists of texts, in address
+    order (a persistent kernel has one K loop per tile walk and per instance of its body)."""
     index = {address: i for i, (address, _) in enumerate(instructions)}
-    best = None
+    loops = []
     for i, (address, text) in enumerate(instructions):
         m = BRANCH.search(text)
         if not m:
@@ -59,9 +62,14 @@ def innermost_mma_loop(instructions):
         target = int(m.group(1), 16)
         if target < address and target in index:
             body = [t for _, t in instructions[index[target]:i + 1]]
-            if any(MMA.search(t) for t in body) and (best is None or len(body) < len(best)):
-                best = body
-    return best or []
+            if any(MMA.search(t) for t in body):
+                loops.append(body)
+    return loops
+
+
+def innermost_mma_loop(instructions):
+    """The shortest backward-branch loop holding an MMA instruction, as a list of texts."""
+    return min(mma_loops(instructions), key=len, default=[])
 
 
 def opcodes(body):
@@ -81,6 +89,7 @@ def main():
     parser.add_argument("inputs", nargs="+", metavar="OBJECT")
     parser.add_argument("--filter", default="")
     parser.add_argument("--histogram", action="store_true")
+    parser.add_argument("--all-loops", action="store_true")
     parser.add_argument("--cuobjdump", default=None)
     args = parser.parse_args()
     if len(args.inputs) > 2:
@@ -95,6 +104,17 @@ def main():
     names = demangle(sorted(sides[0]))
     for mangled, name in names.items():
         if args.filter not in name:
+            continue
+        if args.all_loops:
+            every = [mma_loops(side.get(mangled, [])) for side in sides]
+            print(name)
+            for label, side_loops in zip(("A", "B"), every):
+                print(f"  {label if len(every) == 2 else ' '} {sorted(len(b) for b in side_loops)}")
+            if len(every) == 1:
+                for body in every[0]:
+                    mma = sum(bool(MMA.search(t)) for t in body)
+                    print(f"    {len(body):5d} ({mma} MMA): " + ", ".join(
+                        f"{op} {n}" for op, n in opcodes(body).most_common(12)))
             continue
         loops = [innermost_mma_loop(side.get(mangled, [])) for side in sides]
         counts = [f"{len(b):5d} ({sum(bool(MMA.search(t)) for t in b)} MMA)" for b in loops]

@@ -53,3 +53,20 @@ def test_filter_selects_functions(tmp_path):
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.splitlines()) == 1 and "kernel_two" in out.stdout
     assert out.stdout.split()[0] == "6"
+
+
+def test_all_loops_lists_every_mma_loop(tmp_path):
+    # The outer loop holds the MMA too: a persistent kernel's walks each have such a loop.
+    a, b = tmp_path / "a.sass", tmp_path / "b.sass"
+    a.write_text(sass("kernel_one", listing(2)))
+    b.write_text(sass("kernel_one", listing(0)))
+    out = run(a, b, "--all-loops")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "kernel_one"
+    assert lines[1].split() == ["A", "[5,", "7]"] and lines[2].split() == ["B", "[3,", "5]"]
+    out = run(a, "--all-loops")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[1].split() == ["[5,", "7]"]
+    assert lines[2].split()[:3] == ["5", "(1", "MMA):"] and "R2UR 2" in lines[2]
